@@ -1,0 +1,1 @@
+"""Acquisition of Stack Exchange questions and answers: official dump files (this package's `dump` module)."""

@@ -1,0 +1,181 @@
+"""Stream posts out of an official Stack Exchange dump `Posts.xml`, plain or gzip, in constant memory.
+
+The dump is one `<row .../>` per post under `<posts>`, HTML bodies escaped inside attributes. Real files
+carry a UTF-8 BOM and CRLF line ends, omit optional attributes instead of leaving them empty, and write tags
+either as `<a><b>` (dumps before 2023) or `|a|b|` (later dumps). `iter_posts` parses incrementally with
+lxml and frees each row as soon as it is read, so memory does not grow with the file.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from typing import Iterator
+
+import pyarrow as pa
+from lxml import etree
+
+QUESTION, ANSWER = 1, 2
+
+# One post as read from a dump; `line` is the row's line in the file, kept so later errors can point at it.
+POSTS = pa.schema(
+    [
+        pa.field("site", pa.string()),
+        pa.field("id", pa.int64()),
+        pa.field("post_type", pa.int8()),
+        pa.field("parent_id", pa.int64()),  # -1 unless an answer
+        pa.field("accepted_answer_id", pa.int64()),  # -1 when none
+        pa.field("score", pa.int32()),
+        pa.field("title", pa.string()),
+        pa.field("body", pa.string()),  # HTML
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("creation_date", pa.string()),
+        pa.field("line", pa.int64()),
+    ]
+)
+
+_ANGLE_TAGS = re.compile(r"<([^<>]+)>")
+
+
+class DumpError(ValueError):
+    """A dump file cannot be read; the message names the file and, where known, the line."""
+
+
+def parse_tags(value: str | None) -> list[str]:
+    """Both tag forms: `<hops><history>` and `|hops|history|`."""
+    if not value:
+        return []
+    if value.startswith("<"):
+        return _ANGLE_TAGS.findall(value)
+    return [t for t in value.split("|") if t]
+
+
+def site_name(path: str) -> str:
+    """The site a dump belongs to, from its location.
+
+    `.../beer.stackexchange.com/Posts.xml` gives `beer.stackexchange.com`; a folder named
+    `stackexchange_dump_<site>` gives `<site>`; an archive `<site>.7z` gives `<site>`.
+    """
+    path = os.path.abspath(path)
+    base = os.path.basename(path)
+    if base.endswith(".7z"):
+        return base[: -len(".7z")]
+    folder = os.path.basename(os.path.dirname(path))
+    return folder[len("stackexchange_dump_"):] if folder.startswith("stackexchange_dump_") else folder
+
+
+def _open(path: str):
+    if not os.path.exists(path):
+        raise DumpError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise DumpError(f"{path}: is a directory, expected Posts.xml or Posts.xml.gz")
+    if os.path.getsize(path) == 0:
+        raise DumpError(f"{path}: empty file, expected a Posts.xml dump")
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _int(attrs, name: str, default: int, path: str, line: int) -> int:
+    value = attrs.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise DumpError(f"{path}: line {line}: attribute {name}={value!r} is not an integer") from None
+
+
+def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
+    """Yield every `<row>` of a dump as a dict with the POSTS columns, in file order."""
+    site = site or site_name(path)
+    stream = _open(path)
+    last_line = 0
+    seen_root = False
+    try:
+        for event, elem in etree.iterparse(stream, events=("start", "end"), huge_tree=True, remove_comments=True):
+            if event == "start":
+                if not seen_root:
+                    seen_root = True
+                    if elem.tag != "posts":
+                        raise DumpError(f"{path}: line {elem.sourceline}: root element is <{elem.tag}>, expected <posts>")
+                continue
+            if elem.tag != "row":
+                continue
+            line = elem.sourceline or last_line
+            last_line = line
+            attrs = elem.attrib
+            post_id = _int(attrs, "Id", -1, path, line)
+            if post_id < 0:
+                raise DumpError(f"{path}: line {line}: row without an Id attribute")
+            yield {
+                "site": site,
+                "id": post_id,
+                "post_type": _int(attrs, "PostTypeId", 0, path, line),
+                "parent_id": _int(attrs, "ParentId", -1, path, line),
+                "accepted_answer_id": _int(attrs, "AcceptedAnswerId", -1, path, line),
+                "score": _int(attrs, "Score", 0, path, line),
+                "title": attrs.get("Title", ""),
+                "body": attrs.get("Body", ""),
+                "tags": parse_tags(attrs.get("Tags")),
+                "creation_date": attrs.get("CreationDate", ""),
+                "line": line,
+            }
+            # Free the row and everything parsed before it: memory stays flat over any file size.
+            elem.clear(keep_tail=True)
+            parent = elem.getparent()
+            if parent is not None:
+                while elem.getprevious() is not None:
+                    del parent[0]
+    except etree.XMLSyntaxError as err:
+        where = f"line {err.lineno}" if err.lineno else f"after line {last_line}"
+        reason = "empty or not XML" if "Document is empty" in str(err) else err.msg
+        raise DumpError(f"{path}: {where}: malformed XML: {reason}") from err
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise DumpError(f"{path}: after line {last_line}: truncated or corrupt gzip: {err}") from err
+    finally:
+        stream.close()
+    if not seen_root:
+        raise DumpError(f"{path}: no XML content")
+
+
+def iter_post_tables(path: str, site: str | None = None, rows_per_table: int = 4096) -> Iterator[pa.Table]:
+    """The posts of one dump as pyarrow tables of at most `rows_per_table` rows (blocks for Ray Data)."""
+    batch: list[dict] = []
+    for post in iter_posts(path, site):
+        batch.append(post)
+        if len(batch) >= rows_per_table:
+            yield pa.Table.from_pylist(batch, schema=POSTS)
+            batch = []
+    if batch:
+        yield pa.Table.from_pylist(batch, schema=POSTS)
+
+
+def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_per_block: int = 4096):
+    """A `ray.data.Dataset` of POSTS rows read from `paths`, each file streamed by its own task."""
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    sites = sites or [None] * len(paths)
+    for path in paths:  # fail on the driver, before any task starts, for the common mistakes
+        _open(path).close()
+
+    class _Source(Datasource):
+        def estimate_inmemory_data_size(self):
+            return sum(os.path.getsize(p) for p in paths) * 3
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            tasks = []
+            for path, site in zip(paths, sites):
+                meta = BlockMetadata(num_rows=None, size_bytes=os.path.getsize(path), exec_stats=None,
+                                     input_files=(path,))
+                tasks.append(ReadTask(lambda p=path, s=site: iter_post_tables(p, s, rows_per_block), meta,
+                                      schema=POSTS, per_task_row_limit=per_task_row_limit))
+            return tasks
+
+        def get_name(self):
+            return "StackExchangeDump"
+
+    return ray.data.read_datasource(_Source(), override_num_blocks=len(paths))

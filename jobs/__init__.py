@@ -1,0 +1,1 @@
+"""Entry points: thin command-line jobs that parse a config, build, and run on Ray."""

@@ -1,0 +1,62 @@
+"""Tokenise a corpus with spaCy into Parquet shards with a vocabulary and a manifest.
+
+    python jobs/tokenize_corpora.py --dataset stackexchangeqa --input DIR --output DIR
+
+Reads INPUT/{train,dev,test}/*.parquet (as written by jobs/build_stackexchangeqa.py), writes
+OUTPUT/{split}/*.parquet (the TOKENISED_PAIRS schema), OUTPUT/vocab.json (counted on train only) and
+OUTPUT/manifest.json: {"splits": {SPLIT: {"questions": N, "rows": N, "positive": N, "files": [...]}}, ...}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+
+if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines.tokenize import TokenizeConfig
+
+DATASETS = ("stackexchangeqa",)  # the other corpora arrive with their readers
+
+
+def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", required=True, choices=DATASETS, help="which corpus format --input holds")
+    p.add_argument("--input", required=True, help="the corpus folder")
+    p.add_argument("--output", required=True, help="output folder; replaced atomically when complete")
+    p.add_argument("--min-count", type=int, default=1, help="tokens seen fewer times in train map to <unk>")
+    p.add_argument("--max-vocab", type=int, default=100_000, help="vocabulary size cap, reserved ids included")
+    p.add_argument("--cased", action="store_true", help="keep case (default: lower-case tokens)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    args = p.parse_args(argv)
+    cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
+                         max_vocab=args.max_vocab, lowercase=not args.cased)
+    return cfg, args
+
+
+def main(argv=None) -> int:
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        print(json.dumps(asdict(cfg), indent=2))
+        return 0
+    from jobs.ray_env import ray_session, unwrap
+    from pipelines.tokenize import write
+
+    try:
+        with ray_session(args.num_cpus):
+            manifest = write(cfg)
+    except Exception as err:
+        print(f"tokenize_corpora: error: {unwrap(err)}", file=sys.stderr)
+        return 1
+    for split, s in manifest["splits"].items():
+        print(f"{split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {len(s['files']):>4} shards")
+    print(f"vocabulary {manifest['vocab_size']:,} tokens; wrote {cfg.output}/manifest.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

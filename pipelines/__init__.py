@@ -1,0 +1,1 @@
+"""Ray Data pipelines: StackExchangeQA construction, tokenisation, and the schemas of what they write."""

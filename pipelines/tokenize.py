@@ -1,0 +1,183 @@
+"""Tokenisation of QA pairs with spaCy, and a vocabulary counted over the training split, as Ray Data stages.
+
+spaCy's blank English pipeline is only its rule-based tokenizer, so nothing is downloaded. Questions repeat
+across their candidate answers, so each batch tokenises a distinct question once.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+
+from pipelines.atomic import staged_dir
+from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
+
+PAD, UNK, SEP, CLS = "<pad>", "<unk>", "<sep>", "<cls>"
+RESERVED = (PAD, UNK, SEP, CLS)  # ids 0..3 in every vocabulary
+
+
+class SpacyTokenizer:
+    """Adds `question_tokens` and `answer_tokens` (list<string>) from spaCy's `en` tokenizer."""
+
+    def __init__(self, lowercase: bool = True, batch_size: int = 256):
+        import spacy
+
+        self.nlp = spacy.blank("en")
+        self.nlp.max_length = 10_000_000
+        self.lowercase = lowercase
+        self.batch_size = batch_size
+
+    def tokenize(self, texts: list[str]) -> list[list[str]]:
+        out = []
+        for doc in self.nlp.pipe(texts, batch_size=self.batch_size):
+            words = [t.text for t in doc if not t.is_space]
+            out.append([w.lower() for w in words] if self.lowercase else words)
+        return out
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        questions = batch.column("question").to_pylist()
+        distinct = list(dict.fromkeys(questions))
+        tokens = dict(zip(distinct, self.tokenize(distinct)))
+        answers = self.tokenize(batch.column("answer").to_pylist())
+        batch = batch.append_column("question_tokens", pa.array([tokens[q] for q in questions], pa.list_(pa.string())))
+        return batch.append_column("answer_tokens", pa.array(answers, pa.list_(pa.string())))
+
+
+def count_tokens(batch: pa.Table) -> pa.Table:
+    """Token counts of one batch, questions counted once per distinct question."""
+    counts: Counter = Counter()
+    seen = set()
+    for qid, q_tokens, a_tokens in zip(batch.column("qid").to_pylist(), batch.column("question_tokens").to_pylist(),
+                                       batch.column("answer_tokens").to_pylist()):
+        if qid not in seen:
+            seen.add(qid)
+            counts.update(q_tokens)
+        counts.update(a_tokens)
+    return pa.table({"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())})
+
+
+@dataclass
+class Vocabulary:
+    tokens: list[str]
+
+    def __post_init__(self):
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def ids(self, tokens: list[str]) -> list[int]:
+        unk = self.index[UNK]
+        return [self.index.get(t, unk) for t in tokens]
+
+    def save(self, path: str) -> None:
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "w") as f:
+            json.dump({"tokens": self.tokens, "reserved": list(RESERVED)}, f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> "Vocabulary":
+        with open(path) as f:
+            return cls(json.load(f)["tokens"])
+
+    @classmethod
+    def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
+        """Most frequent first, ties by token: the same ids from the same counts on any machine."""
+        ranked = sorted(((t, n) for t, n in counts.items() if n >= min_count and t not in RESERVED),
+                        key=lambda tn: (-tn[1], tn[0]))
+        if max_size is not None:
+            ranked = ranked[: max(0, max_size - len(RESERVED))]
+        return cls(list(RESERVED) + [t for t, _ in ranked])
+
+
+class ToIds:
+    """Maps token columns to `question_ids`/`answer_ids` (list<int32>) and conforms to TOKENISED_PAIRS."""
+
+    def __init__(self, vocab_tokens: list[str]):
+        self.vocab = Vocabulary(vocab_tokens)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        q = [self.vocab.ids(t) for t in batch.column("question_tokens").to_pylist()]
+        a = [self.vocab.ids(t) for t in batch.column("answer_tokens").to_pylist()]
+        table = pa.table({
+            "qid": batch.column("qid"), "aid": batch.column("aid"), "label": batch.column("label"),
+            "question": batch.column("question"), "answer": batch.column("answer"),
+            "question_ids": pa.array(q, pa.list_(pa.int32())), "answer_ids": pa.array(a, pa.list_(pa.int32())),
+        })
+        return conform(table, TOKENISED_PAIRS, "tokenised pairs")
+
+
+@dataclass
+class TokenizeConfig:
+    dataset: str
+    input: str
+    output: str
+    min_count: int = 1
+    max_vocab: int | None = 100_000
+    lowercase: bool = True
+    rows_per_shard: int = 100_000
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tokenised_splits(cfg: TokenizeConfig) -> dict:
+    """Lazy tokenised datasets per split present under `cfg.input`, plus the vocabulary from train."""
+    import ray.data
+
+    splits = [s for s in ("train", "dev", "test") if os.path.isdir(os.path.join(cfg.input, s))]
+    if "train" not in splits:
+        raise FileNotFoundError(f"{cfg.input}: no train/ split (expected {{train,dev,test}}/*.parquet)")
+    tokenised = {}
+    for split in splits:
+        files = parquet_files(os.path.join(cfg.input, split))
+        check_parquet_files(files, QA_PAIRS)
+        ds = ray.data.read_parquet(files, schema=QA_PAIRS)
+        tokenised[split] = ds.map_batches(SpacyTokenizer, batch_format="pyarrow", batch_size=1024,
+                                          fn_constructor_kwargs={"lowercase": cfg.lowercase}, concurrency=(1, 2))
+    return tokenised
+
+
+def build_vocabulary(train, cfg: TokenizeConfig) -> Vocabulary:
+    """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver."""
+    counts = train.map_batches(count_tokens, batch_format="pyarrow").groupby("token").sum("count").take_all()
+    return Vocabulary.from_counts({r["token"]: r["sum(count)"] for r in counts}, cfg.min_count, cfg.max_vocab)
+
+
+def write(cfg: TokenizeConfig) -> dict:
+    """Tokenise every split, write shards, `vocab.json` and `manifest.json`; the output folder appears whole."""
+    from ray.data.aggregate import Count, Sum
+
+    with staged_dir(cfg.output) as staging:
+        tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg).items()}
+        vocab = build_vocabulary(tokenised["train"], cfg)
+        vocab.save(os.path.join(staging, "vocab.json"))
+        manifest = {"dataset": cfg.dataset, "schema": "tokenised_pairs", "tokenizer": "spacy.blank('en')",
+                    "lowercase": cfg.lowercase, "vocab": "vocab.json", "vocab_size": len(vocab),
+                    "reserved": list(RESERVED), "config": asdict(cfg), "splits": {}}
+        for split, ds in tokenised.items():
+            ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
+                                 concurrency=(1, 2)).materialize()
+            directory = os.path.join(staging, split)
+            ids.write_parquet(directory, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
+            files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet"))
+            stats = ids.aggregate(Count(), Sum("label", alias_name="positive"))
+            questions = ids.groupby("qid").count().count()
+            manifest["splits"][split] = {
+                "questions": questions, "rows": stats["count()"], "positive": int(stats["positive"] or 0),
+                "files": [{"path": f"{split}/{f}", "sha256": _sha256(os.path.join(directory, f))} for f in files],
+            }
+        with open(os.path.join(staging, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=2)
+    return manifest
