@@ -130,7 +130,8 @@ def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
                     del parent[0]
     except etree.XMLSyntaxError as err:
         where = f"line {err.lineno}" if err.lineno else f"after line {last_line}"
-        reason = "empty or not XML" if "Document is empty" in str(err) else err.msg
+        empty = "Document is empty" in str(err) or (last_line == 0 and "no element found" in str(err))
+        reason = "empty or not XML" if empty else err.msg
         raise DumpError(f"{path}: {where}: malformed XML: {reason}") from err
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DumpError(f"{path}: after line {last_line}: truncated or corrupt gzip: {err}") from err

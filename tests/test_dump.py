@@ -1,0 +1,91 @@
+"""Reading official dumps: the real beer dump, both tag forms, and bad input with clear errors."""
+import gzip
+import os
+
+import pytest
+
+from crawl.dump import DumpError, iter_posts, parse_tags, site_name
+
+
+def test_beer_dump_counts_match_provenance(beer_dump):
+    posts = list(iter_posts(beer_dump))
+    by_type = {}
+    for p in posts:
+        by_type[p["post_type"]] = by_type.get(p["post_type"], 0) + 1
+    assert len(posts) == 2354  # PROVENANCE.md: 2,354 rows
+    assert by_type == {1: 663, 2: 1572, 4: 58, 5: 58, 7: 3}
+    first = posts[0]
+    assert first["id"] == 1 and first["accepted_answer_id"] == 4 and first["tags"] == ["hops"]
+    assert first["title"] == "What is a citra hop, and how does it differ from other hops?"
+    assert first["line"] == 3  # BOM and CRLF do not shift line numbers
+    assert sum(p["accepted_answer_id"] > 0 for p in posts) == 410
+    answers = [p for p in posts if p["post_type"] == 2]
+    assert all(p["parent_id"] > 0 for p in answers) and all(p["title"] == "" for p in answers)
+    assert site_name(beer_dump) == "beer"
+
+
+def test_both_tag_forms():
+    assert parse_tags("<hops><history>") == ["hops", "history"]
+    assert parse_tags("|hops|history|") == ["hops", "history"]
+    assert parse_tags(None) == [] and parse_tags("") == []
+
+
+def _write(tmp_path, name, data: bytes, compress=False):
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return str(path)
+
+
+def test_missing_optional_attributes_and_new_tag_form(tmp_path):
+    xml = ('\ufeff<?xml version="1.0" encoding="utf-8"?>\r\n<posts>\r\n'
+           '  <row Id="7" PostTypeId="1" Score="3" Body="&lt;p&gt;Q?&lt;/p&gt;" Tags="|a|b|" />\r\n'
+           '  <row Id="8" PostTypeId="2" ParentId="7" Body="x" />\r\n</posts>\r\n').encode()
+    posts = list(iter_posts(_write(tmp_path, "Posts.xml", xml), site="s"))
+    assert posts[0]["tags"] == ["a", "b"] and posts[0]["accepted_answer_id"] == -1
+    assert posts[1]["score"] == 0 and posts[1]["title"] == "" and posts[1]["creation_date"] == ""
+
+
+def test_truncated_gzip_names_file_and_line(tmp_path, beer_dump):
+    data = gzip.open(beer_dump).read()
+    blob = gzip.compress(data)
+    path = tmp_path / "Posts.xml.gz"
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(DumpError, match=r"Posts\.xml\.gz: after line \d+: truncated or corrupt gzip"):
+        list(iter_posts(str(path)))
+
+
+def test_malformed_xml_names_file_and_line(tmp_path):
+    xml = b'<?xml version="1.0"?>\n<posts>\n  <row Id="1" PostTypeId="1" />\n  <row Id="2" PostTypeId="2" \n</posts>\n'
+    path = _write(tmp_path, "Posts.xml", xml)
+    with pytest.raises(DumpError, match=r"Posts\.xml: line 5: malformed XML"):
+        list(iter_posts(path))
+
+
+def test_missing_and_empty_files(tmp_path):
+    with pytest.raises(DumpError, match="nope.xml: no such file"):
+        list(iter_posts(str(tmp_path / "nope.xml")))
+    with pytest.raises(DumpError, match="empty file"):
+        list(iter_posts(_write(tmp_path, "Posts.xml", b"")))
+    with pytest.raises(DumpError, match="empty or not XML"):
+        list(iter_posts(_write(tmp_path, "Posts.xml.gz", b"", compress=True)))
+
+
+def test_wrong_root_and_bad_integer(tmp_path):
+    with pytest.raises(DumpError, match="root element is <users>"):
+        list(iter_posts(_write(tmp_path, "a.xml", b"<users><row Id='1'/></users>")))
+    with pytest.raises(DumpError, match=r"line 1: attribute Score='x' is not an integer"):
+        list(iter_posts(_write(tmp_path, "b.xml", b"<posts><row Id='1' Score='x'/></posts>")))
+
+
+def test_memory_stays_flat_while_streaming(tmp_path):
+    """Rows are freed as they are read: the parsed tree never holds more than a few rows."""
+    rows = "".join(f'<row Id="{i}" PostTypeId="2" ParentId="1" Body="{"x" * 200}" />\n' for i in range(1, 20001))
+    path = _write(tmp_path, "Posts.xml", f"<posts>\n{rows}</posts>".encode())
+    import tracemalloc
+
+    tracemalloc.start()
+    count = sum(1 for _ in iter_posts(path))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert count == 20000
+    assert peak < os.path.getsize(path) / 4, f"peak {peak} bytes for a {os.path.getsize(path)}-byte file"
