@@ -77,6 +77,11 @@ def _open(path: str):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+def check_readable(path: str) -> None:
+    """Raise DumpError naming `path` if it is missing, a folder, or empty."""
+    _open(path).close()
+
+
 def _int(attrs, name: str, default: int, path: str, line: int) -> int:
     value = attrs.get(name)
     if value is None or value == "":
@@ -161,7 +166,7 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
 
     sites = sites or [None] * len(paths)
     for path in paths:  # fail on the driver, before any task starts, for the common mistakes
-        _open(path).close()
+        check_readable(path)
 
     class _Source(Datasource):
         def estimate_inmemory_data_size(self):

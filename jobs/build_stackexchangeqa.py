@@ -77,9 +77,16 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
+    from crawl.dump import DumpError, check_readable
     from jobs.ray_env import ray_session, unwrap
     from pipelines.stackexchangeqa import write
 
+    try:
+        for path in cfg.dumps:  # the common mistakes, reported before Ray starts
+            check_readable(path)
+    except DumpError as err:
+        print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
+        return 1
     try:
         with ray_session(args.num_cpus):
             stats = write(cfg)

@@ -1,0 +1,68 @@
+"""The command-line contracts: flags present, --dry-run, and clear errors before Ray starts."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONTRACTS = {
+    "build_stackexchangeqa.py": ["--dump", "--output", "--min-score", "--negatives", "--seed"],
+    "tokenize_corpora.py": ["--dataset", "--input", "--output"],
+    "train.py": ["--model", "--data", "--storage-path", "--name", "--max-steps", "--checkpoint-every",
+                 "--num-workers", "--seed"],
+}
+
+
+def _job(name, *args):
+    return subprocess.run([sys.executable, os.path.join(REPO, "jobs", name), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("job", sorted(CONTRACTS))
+def test_help_documents_contract_flags(job):
+    result = _job(job, "--help")
+    assert result.returncode == 0
+    for flag in CONTRACTS[job] + ["--dry-run"]:
+        assert flag in result.stdout, f"{job} --help lacks {flag}"
+
+
+def test_dry_run_prints_resolved_config(tmp_path):
+    result = _job("build_stackexchangeqa.py", "--dump", "x/Posts.xml", "--output", str(tmp_path), "--dry-run")
+    cfg = json.loads(result.stdout)
+    assert cfg["min_score"] == 2 and cfg["negatives"] == 16 and cfg["dumps"] == ["x/Posts.xml"]
+    result = _job("train.py", "--model", "gsamn", "--data", "d", "--dry-run")
+    cfg = json.loads(result.stdout)
+    assert cfg["lr"] == 1e-3 and cfg["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
+
+
+def test_missing_dump_is_a_clear_error(tmp_path):
+    result = _job("build_stackexchangeqa.py", "--dump", str(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert f"{tmp_path / 'Posts.xml'}: no such file" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_train_without_tokenised_data_is_a_clear_error(tmp_path):
+    result = _job("train.py", "--model", "gsamn", "--data", str(tmp_path), "--storage-path", str(tmp_path / "r"))
+    assert result.returncode == 1 and "manifest.json: not found" in result.stderr
+
+
+def test_http_fixture_serves_a_real_saved_page(http_server, shared_data):
+    """The loopback server the crawler tests use, serving a real saved Stack Exchange page."""
+    import gzip
+
+    import requests
+    from bs4 import BeautifulSoup
+
+    folder = os.path.join(shared_data, "stackexchange_html", "pages")
+    pages = sorted(f for f in os.listdir(folder) if f.endswith((".html", ".html.gz")))
+    if not pages:
+        pytest.skip(f"no saved pages in {folder}")
+    raw = open(os.path.join(folder, pages[0]), "rb").read()
+    body = gzip.decompress(raw) if pages[0].endswith(".gz") else raw
+    http_server.route("/questions/1", body)
+    response = requests.get(http_server.url("/questions/1"), timeout=10)
+    assert response.status_code == 200 and http_server.requests == ["/questions/1"]
+    assert BeautifulSoup(response.content, "lxml").title.get_text().strip()

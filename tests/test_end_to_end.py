@@ -1,0 +1,174 @@
+"""The slice end to end on a real dump and a real local Ray: build, tokenise, train, kill, resume.
+
+Slow by design (Ray Data and Ray Train start-up); the builds are shared by the module's tests.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.compute as pc
+import pytest
+
+from crawl.dump import iter_posts
+from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, read_table
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEGATIVES = 3
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, beer_dump, ray_local):
+    from pipelines.stackexchangeqa import BuildConfig, write
+
+    out = str(tmp_path_factory.mktemp("build") / "seqa")
+    stats = write(BuildConfig(dumps=[beer_dump], output=out, negatives=NEGATIVES, seed=7))
+    return out, stats
+
+
+@pytest.fixture(scope="module")
+def tokenised(built, tmp_path_factory):
+    from pipelines.tokenize import TokenizeConfig, write
+
+    out = str(tmp_path_factory.mktemp("tok") / "tokenised")
+    manifest = write(TokenizeConfig(dataset="stackexchangeqa", input=built[0], output=out))
+    return out, manifest
+
+
+def test_shards_schema_and_pairs(built, beer_dump):
+    out, stats = built
+    parent = {p["id"]: p["parent_id"] for p in iter_posts(beer_dump) if p["post_type"] == 2}
+    seen_qids = {}
+    for split in ("train", "dev", "test"):
+        table = read_table(os.path.join(out, split), QA_PAIRS)
+        assert table.num_rows == stats["splits"][split]["rows"] > 0
+        rows = table.to_pylist()
+        for r in rows:
+            question_of_answer = f"beer:{parent[int(r['aid'].split(':')[1])]}"
+            # positives answer their question with score >= 2; negatives answer a different question
+            assert (question_of_answer == r["qid"]) == (r["label"] == 1)
+            assert r["label"] == 0 or r["score"] >= 2
+        qids = set(table.column("qid").to_pylist())
+        for other, other_qids in seen_qids.items():
+            assert not qids & other_qids, f"{split} and {other} share questions"
+        seen_qids[split] = qids
+        # without replacement within a question
+        pairs = list(zip(table.column("qid").to_pylist(), table.column("aid").to_pylist()))
+        assert len(pairs) == len(set(pairs))
+    assert not [f for f in os.listdir(os.path.dirname(out)) if ".partial-" in f]
+
+
+def test_funnel_adds_up(built):
+    _, stats = built
+    assert stats["posts_in"] == 2354
+    assert stats["posts_in"] == sum(stats[s]["in"] for s in ("questions", "answers", "other_posts"))
+    for section in ("questions", "answers", "other_posts"):
+        part = stats[section]
+        assert part["in"] == part["kept"] + sum(part["dropped"].values()), section
+    assert stats["questions"]["in"] == 663 and stats["answers"]["in"] == 1572
+    assert stats["questions"]["dropped"]["question_no_answers"] == 19  # 644 of 663 have an answer
+    pairs = stats["pairs"]
+    assert pairs["positive"] == stats["answers"]["kept"]
+    assert pairs["negative"] == NEGATIVES * pairs["positive"] - pairs["negatives_short"]
+    assert pairs["total"] == sum(s["rows"] for s in stats["splits"].values())
+    assert stats["questions"]["kept"] == sum(s["questions"] for s in stats["splits"].values())
+    with open(os.path.join(built[0], "stats.json")) as f:
+        assert json.load(f)["pairs"] == pairs
+
+
+def test_rebuild_is_identical(built, beer_dump, tmp_path):
+    from pipelines.stackexchangeqa import BuildConfig, write
+
+    again = str(tmp_path / "again")
+    write(BuildConfig(dumps=[beer_dump], output=again, negatives=NEGATIVES, seed=7))
+    for split in ("train", "dev", "test"):
+        a = read_table(os.path.join(built[0], split), QA_PAIRS).sort_by([("qid", "ascending"), ("aid", "ascending")])
+        b = read_table(os.path.join(again, split), QA_PAIRS).sort_by([("qid", "ascending"), ("aid", "ascending")])
+        assert a.equals(b), split
+
+
+def test_bad_dump_leaves_nothing_behind(tmp_path, ray_local):
+    from jobs.ray_env import unwrap
+    from pipelines.stackexchangeqa import BuildConfig, write
+
+    bad = tmp_path / "site" / "Posts.xml"
+    bad.parent.mkdir()
+    bad.write_bytes(b'<?xml version="1.0"?>\n<posts>\n<row Id="1" PostTypeId="1" Body="x" />\n<row Id=\n')
+    out = tmp_path / "out"
+    with pytest.raises(Exception) as info:
+        write(BuildConfig(dumps=[str(bad)], output=str(out)))
+    assert "Posts.xml: line" in str(unwrap(info.value)) and "malformed XML" in str(unwrap(info.value))
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".partial-" in p]
+
+
+def test_tokenised_manifest_matches_build(built, tokenised):
+    _, stats = built
+    out, manifest = tokenised
+    for split in ("train", "dev", "test"):
+        m = manifest["splits"][split]
+        assert m["rows"] == stats["splits"][split]["rows"] and m["questions"] == stats["splits"][split]["questions"]
+        table = read_table(os.path.join(out, split), TOKENISED_PAIRS)
+        assert table.num_rows == m["rows"]
+        lengths = pc.list_value_length(table.column("answer_ids"))
+        assert pc.min(lengths).as_py() >= 1
+    with open(os.path.join(out, "vocab.json")) as f:
+        vocab = json.load(f)["tokens"]
+    assert vocab[:4] == ["<pad>", "<unk>", "<sep>", "<cls>"] and len(vocab) == manifest["vocab_size"]
+
+
+def test_train_one_epoch_loss_falls_and_reports_metrics(tokenised, tmp_path, ray_local):
+    from jobs.train_loop import TrainConfig, run
+
+    cfg = TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="e2e", epochs=1,
+                      dim=32, batch_size=16, log_every=10, seed=1)
+    summary = run(cfg)
+    assert summary["resumed_from_step"] == 0 and summary["steps"] > 50
+    assert os.path.isdir(summary["checkpoint"])
+    m = summary["metrics"]
+    assert 0 < m["map"] <= 1 and 0 < m["mrr"] <= 1 and m["questions"] > 20
+    curve = [loss for _, loss in summary["loss_curve"]]
+    assert curve[-1] < curve[0], curve
+
+
+def _kill_session(session_id: int) -> None:
+    """SIGKILL every process of a session: the driver and the Ray instance it started, like a crash."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session_id:
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            pass
+
+
+def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
+    command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", tokenised[0],
+               "--storage-path", str(tmp_path), "--name", "killed", "--max-steps", "40", "--checkpoint-every", "10",
+               "--dim", "16", "--num-cpus", "2"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    run_dir = tmp_path / "killed"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            # A checkpoint counts once Ray Train has recorded it in the run's snapshot; a folder alone may be
+            # one whose report the kill interrupted, which a resume rightly ignores.
+            if (run_dir / "checkpoint_manager_snapshot.json").exists():
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline, "no checkpoint appeared"
+    finally:
+        _kill_session(proc.pid)
+        proc.wait()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 40
+    assert summary["resumed_from_step"] >= 10, summary  # from the checkpoint, not from step 0
+    assert summary["model"] == "gsamn" and summary["metrics"]["map"] is not None and summary["checkpoint"]

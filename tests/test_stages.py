@@ -1,0 +1,70 @@
+"""Pipeline stages without Ray: HTML to text, language ID, splits, thread assembly, schemas."""
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.langid import LanguageIdentifier
+from pipelines.schemas import QA_PAIRS, SchemaMismatch, check_parquet_files, conform
+from pipelines.stackexchangeqa import assemble_thread, split_of
+from pipelines.text import html_to_text
+
+
+def test_html_to_text():
+    html = "<p>Hops &amp; malt</p><pre><code>x = 1\ny = 2</code></pre><p>Use <code>ls</code>   now</p>"
+    assert html_to_text(html) == "Hops & malt\nx = 1\ny = 2\nUse ls now"
+    assert html_to_text(html, keep_code=False) == "Hops & malt\nUse ls now"
+    assert html_to_text("") == "" and html_to_text("   ") == ""
+
+
+def test_language_identifier_decides_and_says_who():
+    ident = LanguageIdentifier(unsure_below=0.5)
+    batch = ident(pa.table({"text": ["How do I keep hops fresh for a long time?",
+                                     "Como faço para manter o lúpulo fresco por muito tempo?", ""]}))
+    assert batch.column("lang").to_pylist() == ["en", "pt", ""]
+    assert batch.column("lang_by").to_pylist() == ["fasttext", "fasttext", ""]
+    unsure = LanguageIdentifier(unsure_below=1.01)  # fastText never sure enough: langdetect decides
+    assert unsure.identify("How do I keep hops fresh for a long time?")[::2] == ("en", "langdetect")
+
+
+def test_split_is_stable_and_roughly_proportional():
+    splits = [split_of("beer", i, 0.1, 0.1) for i in range(20000)]
+    assert splits == [split_of("beer", i, 0.1, 0.1) for i in range(20000)]
+    share = {s: splits.count(s) / len(splits) for s in ("train", "dev", "test")}
+    assert abs(share["dev"] - 0.1) < 0.01 and abs(share["test"] - 0.1) < 0.01
+
+
+def _post(id, post_type, text, score=0, parent=-1, accepted=-1, lang="en"):
+    return {"site": "s", "id": id, "post_type": post_type, "parent_id": parent, "accepted_answer_id": accepted,
+            "score": score, "title": "", "tags": [], "creation_date": "", "line": id, "text": text,
+            "lang": lang, "lang_score": 0.99, "lang_by": "fasttext", "thread": 1 if post_type in (1, 2) else -1}
+
+
+def test_thread_statuses_cover_every_post():
+    group = pa.Table.from_pylist([
+        _post(1, 1, "question", accepted=3), _post(2, 2, "low", score=1, parent=1),
+        _post(3, 2, "good", score=5, parent=1), _post(4, 2, "boa resposta", score=9, parent=1, lang="pt"),
+        _post(5, 2, "", score=9, parent=1)])
+    out = assemble_thread(group, min_score=2, english_threshold=0.5, dev_fraction=0.1, test_fraction=0.1)
+    status = dict(zip(out.column("aid").to_pylist(), out.column("status").to_pylist()))
+    assert status == {"": "question", "s:2": "answer_below_min_score", "s:3": "positive",
+                      "s:4": "answer_not_english", "s:5": "answer_empty"}
+    assert out.num_rows == group.num_rows
+    accepted = dict(zip(out.column("aid").to_pylist(), out.column("accepted").to_pylist()))
+    assert accepted["s:3"] is True and accepted["s:2"] is False
+    no_positive = assemble_thread(group.slice(0, 2), 2, 0.5, 0.1, 0.1)
+    assert no_positive.column("status").to_pylist() == ["question_no_positive", "answer_below_min_score"]
+
+
+def test_conform_and_file_check(tmp_path):
+    good = pa.table({"qid": ["a"], "question": ["q"], "aid": ["b"], "answer": ["x"], "label": [1], "score": [3],
+                     "accepted": [True], "site": ["s"]})
+    table = conform(good, QA_PAIRS, "test")
+    assert table.schema.equals(QA_PAIRS)
+    with pytest.raises(SchemaMismatch, match="test: schema mismatch: missing \\['site'\\]"):
+        conform(good.drop_columns(["site"]), QA_PAIRS, "test")
+    with pytest.raises(SchemaMismatch, match="cannot be stored as int8"):
+        conform(good.set_column(4, "label", pa.array([300])), QA_PAIRS, "test")
+    path = tmp_path / "bad.parquet"
+    pq.write_table(good.set_column(0, "qid", pa.array([1])), path)
+    with pytest.raises(SchemaMismatch, match=r"bad\.parquet: schema mismatch: column 'qid' is int64"):
+        check_parquet_files([str(path)], QA_PAIRS)
