@@ -149,9 +149,17 @@ def tokenised_splits(cfg: TokenizeConfig) -> dict:
     return tokenised
 
 
+def _partitions() -> int:
+    """Shuffle partitions: a few per CPU (Ray's default of 200 costs more than it saves on small corpora)."""
+    import ray
+
+    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+
+
 def build_vocabulary(train, cfg: TokenizeConfig) -> Vocabulary:
     """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver."""
-    counts = train.map_batches(count_tokens, batch_format="pyarrow").groupby("token").sum("count").take_all()
+    counts = (train.map_batches(count_tokens, batch_format="pyarrow")
+              .groupby("token", num_partitions=_partitions()).sum("count").take_all())
     return Vocabulary.from_counts({r["token"]: r["sum(count)"] for r in counts}, cfg.min_count, cfg.max_vocab)
 
 
@@ -173,7 +181,7 @@ def write(cfg: TokenizeConfig) -> dict:
             ids.write_parquet(directory, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
             files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet"))
             stats = ids.aggregate(Count(), Sum("label", alias_name="positive"))
-            questions = ids.groupby("qid").count().count()
+            questions = ids.groupby("qid", num_partitions=_partitions()).count().count()
             manifest["splits"][split] = {
                 "questions": questions, "rows": stats["count()"], "positive": int(stats["positive"] or 0),
                 "files": [{"path": f"{split}/{f}", "sha256": _sha256(os.path.join(directory, f))} for f in files],
