@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
     from crawl.dump import DumpError, check_readable
-    from jobs.ray_env import ray_session, unwrap
+    from jobs.ray_env import run_on_ray
     from pipelines.stackexchangeqa import write
 
     try:
@@ -87,13 +87,9 @@ def main(argv=None) -> int:
     except DumpError as err:
         print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
         return 1
-    try:
-        with ray_session(args.num_cpus):
-            stats = write(cfg)
-    except Exception as err:  # a clear one-line reason (file, line) instead of Ray's wrapped traceback
-        root = unwrap(err)
-        print(f"build_stackexchangeqa: error: {root}", file=sys.stderr)
-        return 1
+    stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus)
+    if rc:
+        return rc
     print(summary(stats))
     print(f"wrote {cfg.output}/{{train,dev,test}} and {cfg.output}/stats.json")
     return 0

@@ -44,3 +44,13 @@ def unwrap(error: BaseException) -> BaseException:
             break
         error = cause
     return error
+
+
+def run_on_ray(job: str, work, num_cpus: int | None = None):
+    """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, 1)."""
+    try:
+        with ray_session(num_cpus):
+            return work(), 0
+    except Exception as err:  # one line naming the file or row, not Ray's wrapped traceback
+        print(f"{job}: error: {unwrap(err)}", file=sys.stderr)
+        return None, 1

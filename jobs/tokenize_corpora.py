@@ -43,15 +43,12 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
-    from jobs.ray_env import ray_session, unwrap
+    from jobs.ray_env import run_on_ray
     from pipelines.tokenize import write
 
-    try:
-        with ray_session(args.num_cpus):
-            manifest = write(cfg)
-    except Exception as err:
-        print(f"tokenize_corpora: error: {unwrap(err)}", file=sys.stderr)
-        return 1
+    manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus)
+    if rc:
+        return rc
     for split, s in manifest["splits"].items():
         print(f"{split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {len(s['files']):>4} shards")
     print(f"vocabulary {manifest['vocab_size']:,} tokens; wrote {cfg.output}/manifest.json")

@@ -79,15 +79,12 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr()), indent=2))
         return 0
-    from jobs.ray_env import ray_session, unwrap
+    from jobs.ray_env import run_on_ray
     from jobs.train_loop import run
 
-    try:
-        with ray_session(args.num_cpus):
-            summary = run(cfg)
-    except Exception as err:
-        print(f"train: error: {unwrap(err)}", file=sys.stderr)
-        return 1
+    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus)
+    if rc:
+        return rc
     m = summary["metrics"]
     if m["map"] is not None:
         print(f"dev MAP {m['map']:.4f}  MRR {m['mrr']:.4f}  P@1 {m['p@1']:.4f}  over {m['questions']} questions",
