@@ -128,7 +128,7 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train.torch
 
     cfg = TrainConfig(**config["train"])
-    total_steps, steps_per_epoch, vocab_size = config["total_steps"], config["steps_per_epoch"], config["vocab_size"]
+    total_steps, vocab_size = config["total_steps"], config["vocab_size"]
     context = ray.train.get_context()
     rank = context.get_world_rank()
     torch.manual_seed(cfg.seed)
@@ -237,10 +237,10 @@ def train_loop_per_worker(config: dict) -> None:
     save({"dev": metrics, "final": True})
 
 
-def steps_for(cfg: TrainConfig, train_rows: int) -> tuple[int, int]:
-    per_worker = train_rows // cfg.num_workers
-    steps_per_epoch = max(1, math.ceil(per_worker / cfg.batch_size))
-    return (cfg.max_steps or steps_per_epoch * cfg.epochs), steps_per_epoch
+def total_steps_for(cfg: TrainConfig, train_rows: int) -> int:
+    """--max-steps, or --epochs passes of this worker's equal share of train (what the LR schedule spans)."""
+    steps_per_epoch = max(1, math.ceil(train_rows // cfg.num_workers / cfg.batch_size))
+    return cfg.max_steps or steps_per_epoch * cfg.epochs
 
 
 def run(cfg: TrainConfig) -> dict:
@@ -260,7 +260,7 @@ def run(cfg: TrainConfig) -> dict:
         files = parquet_files(os.path.join(cfg.data, split))
         check_parquet_files(files, TOKENISED_PAIRS)
         datasets[split] = ray.data.read_parquet(files, schema=TOKENISED_PAIRS)
-    total_steps, steps_per_epoch = steps_for(cfg, manifest["splits"]["train"]["rows"])
+    total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
 
     cpus = float(ray.cluster_resources().get("CPU", 1))
     per_worker = cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
@@ -270,7 +270,7 @@ def run(cfg: TrainConfig) -> dict:
     storage = os.path.abspath(cfg.storage_path) if "://" not in cfg.storage_path else cfg.storage_path
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"train": asdict(cfg), "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
+        train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
                            "vocab_size": manifest.get("vocab_size", 0)},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
