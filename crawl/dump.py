@@ -16,9 +16,13 @@ from typing import Iterator
 import pyarrow as pa
 from lxml import etree
 
-QUESTION, ANSWER = 1, 2
+from crawl.sites import site_host
 
-# One post as read from a dump; `line` is the row's line in the file, kept so later errors can point at it.
+QUESTION, ANSWER = 1, 2
+FETCH_FAILED = -1  # not a post: a URL the crawler could not turn into posts; `failure` says why
+
+# One post as read from a dump, the API or a page. `origin` is the file or URL it came from and `line` its
+# line in a dump file (-1 for crawled posts), kept so later errors can point at them.
 POSTS = pa.schema(
     [
         pa.field("site", pa.string()),
@@ -32,8 +36,23 @@ POSTS = pa.schema(
         pa.field("tags", pa.list_(pa.string())),
         pa.field("creation_date", pa.string()),
         pa.field("line", pa.int64()),
+        pa.field("origin", pa.string()),
+        pa.field("licence", pa.string()),
+        pa.field("failure", pa.string()),  # empty for posts
     ]
 )
+
+
+def licence_for(creation_date: str, declared: str | None = None) -> str:
+    """The CC licence of a post: as declared (dumps since 2018 and API 2.3 say it), else by its date as Stack
+    Exchange's terms put it: BY-SA 2.5 before 2011-04-08, 3.0 before 2018-05-02, 4.0 after."""
+    if declared:
+        return declared
+    day = (creation_date or "")[:10]
+    if not day:
+        return "CC BY-SA"
+    return "CC BY-SA 2.5" if day < "2011-04-08" else "CC BY-SA 3.0" if day < "2018-05-02" else "CC BY-SA 4.0"
+
 
 _ANGLE_TAGS = re.compile(r"<([^<>]+)>")
 
@@ -60,9 +79,9 @@ def site_name(path: str) -> str:
     path = os.path.abspath(path)
     base = os.path.basename(path)
     if base.endswith(".7z"):
-        return base[: -len(".7z")]
+        return site_host(base[: -len(".7z")].split("-")[0])  # stackoverflow.com-Posts.7z -> stackoverflow.com
     folder = os.path.basename(os.path.dirname(path))
-    return folder[len("stackexchange_dump_"):] if folder.startswith("stackexchange_dump_") else folder
+    return site_host(folder[len("stackexchange_dump_"):] if folder.startswith("stackexchange_dump_") else folder)
 
 
 def _open(path: str):
@@ -94,7 +113,7 @@ def _int(attrs, name: str, default: int, path: str, line: int) -> int:
 
 def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
     """Yield every `<row>` of a dump as a dict with the POSTS columns, in file order."""
-    site = site or site_name(path)
+    site = site_host(site) if site else site_name(path)
     stream = _open(path)
     last_line = 0
     seen_root = False
@@ -126,6 +145,9 @@ def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
                 "tags": parse_tags(attrs.get("Tags")),
                 "creation_date": attrs.get("CreationDate", ""),
                 "line": line,
+                "origin": path,
+                "licence": licence_for(attrs.get("CreationDate", ""), attrs.get("ContentLicense")),
+                "failure": "",
             }
             # Free the row and everything parsed before it: memory stays flat over any file size.
             elem.clear(keep_tail=True)

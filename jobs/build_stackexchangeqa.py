@@ -1,7 +1,12 @@
-"""Build StackExchangeQA from Stack Exchange dump files (GSAMN paper, section 3).
+"""Build StackExchangeQA from Stack Exchange dumps, the API, or question pages (GSAMN paper, section 3).
 
     python jobs/build_stackexchangeqa.py --dump PATH [--dump PATH ...] --output DIR \
         [--min-score 2] [--negatives K] [--seed S]
+    python jobs/build_stackexchangeqa.py --source api --sites beer,coffee --output DIR [--api-key KEY]
+    python jobs/build_stackexchangeqa.py --source pages --urls urls.txt --output DIR
+
+Crawled responses are cached in --cache (default DIR.cache): re-running after a crash re-parses them and
+fetches only what is missing. URLs that failed are listed with their reasons in DIR/failures.jsonl.
 
 Writes DIR/{train,dev,test}/*.parquet (the QA_PAIRS schema of pipelines/schemas.py) and DIR/stats.json,
 the funnel from posts read to pairs written. Run directly it starts a local Ray; under
@@ -23,7 +28,10 @@ from pipelines.stackexchangeqa import BuildConfig, DROP_REASONS
 
 def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dump", action="append", required=True, metavar="[SITE=]PATH",
+    p.add_argument("--source", choices=("dump", "api", "pages"), default="dump",
+                   help="where posts come from: dump files (--dump), the Stack Exchange API (--sites), or "
+                        "question pages (--urls); --dump may be combined with the others")
+    p.add_argument("--dump", action="append", default=[], metavar="[SITE=]PATH",
                    help="a Posts.xml or Posts.xml.gz; repeat for several sites. The site name comes from the "
                         "folder (beer.stackexchange.com/Posts.xml) unless given as SITE=PATH")
     p.add_argument("--output", required=True, help="output folder; replaced atomically when the build completes")
@@ -39,9 +47,38 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                    help="fastText confidence below which langdetect decides the language")
     p.add_argument("--english-threshold", type=float, default=0.5,
                    help="probability of English the deciding model must give")
+    p.add_argument("--sites", default="", help="API source: comma-separated sites (beer, stackoverflow, "
+                                                "pt.stackoverflow or hosts)")
+    p.add_argument("--urls", default=None, help="pages source: a file with one question URL per line")
+    p.add_argument("--cache", default=None, help="crawl cache (content-addressed responses); default OUTPUT.cache")
+    p.add_argument("--api-key", default=os.environ.get("STACKEXCHANGE_API_KEY"),
+                   help="API key (raises the daily quota to 10,000); default $STACKEXCHANGE_API_KEY")
+    p.add_argument("--api-base-url", default="https://api.stackexchange.com/2.3", help="API root URL")
+    p.add_argument("--api-filter", default="withbody", help="API filter; one that embeds answers saves calls")
+    p.add_argument("--api-max-pages", type=int, default=None, help="API: at most this many question pages per site")
+    p.add_argument("--requests-per-second", type=float, default=1.0,
+                   help="page requests per second per host, across all crawler workers")
+    p.add_argument("--api-requests-per-second", type=float, default=10.0,
+                   help="API requests per second per method, across all workers (the API allows 30 per IP)")
+    p.add_argument("--crawlers", type=int, default=4, help="concurrent crawler actors")
+    p.add_argument("--max-retries", type=int, default=4, help="retries of a 429/5xx/reset/timeout per URL")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
+    if args.source == "dump" and not args.dump:
+        p.error("--dump is required with --source dump")
+    if args.source == "api" and not args.sites.strip():
+        p.error("--sites is required with --source api")
+    if args.source == "pages" and not args.urls:
+        p.error("--urls is required with --source pages")
+    urls = []
+    if args.urls:
+        from crawl.sources import read_urls
+
+        try:
+            urls = read_urls(args.urls)
+        except (OSError, ValueError) as err:
+            p.error(str(err))
     sites, paths = [], []
     for spec in args.dump:
         site, sep, path = spec.partition("=")
@@ -50,13 +87,23 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     cfg = BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
                       seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
                       keep_code=not args.drop_code, fasttext_threshold=args.fasttext_threshold,
-                      english_threshold=args.english_threshold, sites=sites if any(sites) else [])
+                      english_threshold=args.english_threshold, sites=sites if any(sites) else [],
+                      api_sites=[x.strip() for x in args.sites.split(",") if x.strip()], urls=urls,
+                      cache_dir=args.cache, api_key=args.api_key, api_base_url=args.api_base_url,
+                      api_filter=args.api_filter, api_max_pages=args.api_max_pages,
+                      requests_per_second=args.requests_per_second,
+                      api_requests_per_second=args.api_requests_per_second, crawlers=args.crawlers,
+                      max_retries=args.max_retries)
     return cfg, args
 
 
 def summary(stats: dict) -> str:
     q, a = stats["questions"], stats["answers"]
     lines = [f"posts read          {stats['posts_in']:>10,}"]
+    if stats.get("fetch_failures"):
+        lines.append(f"fetch failures      {stats['fetch_failures']:>10,}  (URLs and reasons in failures.jsonl)")
+        for reason, n in list(stats.get("fetch_failure_reasons", {}).items())[:5]:
+            lines.append(f"  - {reason:<60} {n:>6,}")
     for section in ("questions", "answers", "other_posts"):
         part = stats[section]
         lines.append(f"{section:<19} {part['in']:>10,}  kept {part['kept']:,}")
@@ -75,7 +122,10 @@ def summary(stats: dict) -> str:
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
-        print(json.dumps(asdict(cfg), indent=2))
+        shown = asdict(cfg)
+        shown["api_key"] = "***" if cfg.api_key else None
+        shown["urls"] = f"{len(cfg.urls)} URLs" if cfg.urls else []
+        print(json.dumps(shown, indent=2))
         return 0
     from crawl.dump import DumpError, check_readable
     from jobs.ray_env import run_on_ray

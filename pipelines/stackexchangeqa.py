@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -28,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl.dump import ANSWER, QUESTION, posts_dataset
+from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
 from pipelines.schemas import QA_PAIRS, conform
@@ -40,6 +41,7 @@ PAPER = {"positive_pairs": 628_706, "negative_pairs": 9_874_758, "negatives_per_
 # Post statuses. Kept posts are "question" and "positive"; every other status is a reason for dropping.
 KEPT_QUESTION, POSITIVE = "question", "positive"
 DROP_REASONS = {
+    "fetch_failed": "a URL the crawler could not fetch or parse (see failures.jsonl)",
     "other_post_type": "not a question or an answer (tag wiki, placeholder)",
     "orphan_answer": "answer whose question is not in the dump",
     "question_empty": "question with no text after HTML removal",
@@ -57,7 +59,7 @@ NEGATIVE_POOL = ("positive", "answer_below_min_score")
 
 @dataclass
 class BuildConfig:
-    dumps: list[str]
+    dumps: list[str] = field(default_factory=list)
     output: str = "data/stackexchangeqa"
     min_score: int = 2
     negatives: int = 16  # per positive pair; the paper's ratio is 15.7
@@ -69,10 +71,23 @@ class BuildConfig:
     english_threshold: float = 0.5  # the deciding model's probability for "en" must reach this
     sites: list[str | None] = field(default_factory=list)  # one per dump; empty: from the path
     rows_per_shard: int = 100_000
+    # Crawled sources (crawl/): API sites, question page URLs, and how to fetch them.
+    api_sites: list[str] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+    cache_dir: str | None = None  # default: <output>.cache beside the output; kept between runs
+    api_key: str | None = None
+    api_base_url: str = "https://api.stackexchange.com/2.3"
+    api_filter: str = "withbody"
+    api_max_pages: int | None = None
+    requests_per_second: float = 1.0
+    api_requests_per_second: float = 10.0
+    respect_robots: bool = True
+    crawlers: int = 4
+    max_retries: int = 4
 
     def __post_init__(self):
-        if not self.dumps:
-            raise ValueError("at least one dump is required")
+        if not (self.dumps or self.api_sites or self.urls):
+            raise ValueError("nothing to build from: give dumps, API sites or page URLs")
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
         if not 0 <= self.dev_fraction + self.test_fraction < 1:
@@ -114,7 +129,8 @@ THREAD_ROWS = pa.schema(
     [
         ("site", pa.string()), ("qid", pa.string()), ("aid", pa.string()), ("role", pa.string()),
         ("status", pa.string()), ("split", pa.string()), ("question", pa.string()), ("answer", pa.string()),
-        ("score", pa.int32()), ("accepted", pa.bool_()), ("lang_by", pa.string()),
+        ("score", pa.int32()), ("accepted", pa.bool_()), ("lang_by", pa.string()), ("origin", pa.string()),
+        ("failure", pa.string()),
     ]
 )
 
@@ -133,10 +149,12 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
         aid = f"{site}:{row['id']}" if role == "answer" else ""
         return {"site": site, "qid": qid, "aid": aid, "role": role, "status": status, "split": split,
                 "question": question, "answer": answer, "score": row["score"], "accepted": accepted,
-                "lang_by": row["lang_by"]}
+                "lang_by": row["lang_by"], "origin": row["origin"], "failure": row["failure"]}
 
     if rows[0]["thread"] == -1:
-        return pa.Table.from_pylist([out(r, "other", "other_post_type", "", "", "") for r in rows], schema=THREAD_ROWS)
+        return pa.Table.from_pylist(
+            [out(r, "failure", "fetch_failed", "", "", "") if r["post_type"] == FETCH_FAILED else
+             out(r, "other", "other_post_type", "", "", "") for r in rows], schema=THREAD_ROWS)
 
     questions = [r for r in rows if r["post_type"] == QUESTION]
     answers = sorted((r for r in rows if r["post_type"] == ANSWER), key=lambda r: r["id"])
@@ -227,9 +245,33 @@ class NegativeSampler:
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string()), pa.field("short", pa.int64())])
 
 
+def crawl_config(cfg: BuildConfig):
+    from crawl.api import ApiConfig
+    from crawl.sources import CrawlConfig
+
+    return CrawlConfig(
+        cache_dir=cfg.cache_dir or os.path.abspath(cfg.output) + ".cache", api_sites=cfg.api_sites, urls=cfg.urls,
+        api=ApiConfig(base_url=cfg.api_base_url, key=cfg.api_key, filter=cfg.api_filter,
+                      max_pages=cfg.api_max_pages),
+        requests_per_second=cfg.requests_per_second, api_requests_per_second=cfg.api_requests_per_second,
+        respect_robots=cfg.respect_robots, crawlers=cfg.crawlers, max_retries=cfg.max_retries)
+
+
+def source_posts(cfg: BuildConfig):
+    """POSTS rows from every source the config names: dump files, API sites, page URLs."""
+    from crawl.sources import crawled_posts
+
+    parts = []
+    if cfg.dumps:
+        parts.append(posts_dataset(cfg.dumps, cfg.sites or None))
+    if cfg.api_sites or cfg.urls:
+        parts.append(crawled_posts(crawl_config(cfg)))
+    return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
+
+
 def threads_dataset(cfg: BuildConfig):
-    """Stages 1-4: every post of every dump with its status, role, split and text."""
-    posts = posts_dataset(cfg.dumps, cfg.sites or None)
+    """Stages 1-4: every post of every source with its status, role, split and text."""
+    posts = source_posts(cfg)
     posts = posts.map_batches(clean_text, batch_format="pyarrow", fn_kwargs={"keep_code": cfg.keep_code})
     posts = posts.map_batches(LanguageIdentifier, batch_format="pyarrow", concurrency=(1, max(1, _cpus() - 1)),
                               fn_constructor_kwargs={"unsure_below": cfg.fasttext_threshold})
@@ -242,7 +284,7 @@ def threads_dataset(cfg: BuildConfig):
 
 def _partitions(cfg: BuildConfig) -> int:
     """Shuffle partitions: about 64 MB of dump each, at least one per CPU."""
-    size = sum(os.path.getsize(p) for p in cfg.dumps)
+    size = sum(os.path.getsize(p) for p in cfg.dumps) + 20_000 * (len(cfg.urls) + 1000 * len(cfg.api_sites))
     return max(_cpus(), min(1000, size // (64 << 20) + 1))
 
 
@@ -264,7 +306,8 @@ def funnel(threads) -> dict:
         return {"in": total, "dropped": dropped, "kept": by_status.get((role, kept), 0) if kept else 0}
 
     result = {
-        "posts_in": sum(by_status.values()),
+        "posts_in": sum(n for (role, _), n in by_status.items() if role != "failure"),
+        "fetch_failures": by_status.get(("failure", "fetch_failed"), 0),
         "questions": section("question", KEPT_QUESTION),
         "answers": section("answer", POSITIVE),
         "other_posts": section("other", None),
@@ -281,8 +324,12 @@ def build(cfg: BuildConfig):
 
     threads = threads_dataset(cfg).materialize()
     stats = funnel(threads)
+    failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "failure"]).take_all()
+    stats["failures"] = [{"url": r["origin"], "reason": r["failure"]} for r in failed]
     if stats["posts_in"] == 0:
-        raise ValueError(f"no posts found in {', '.join(cfg.dumps)}")
+        sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
+        hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['failure']}" if failed else ""
+        raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
     # First version: the negative pool (answer texts) is gathered into one object; fine for single sites,
     # replaced by a distributed join for the full Stack Exchange in the "full fidelity" issue.
     pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
@@ -350,6 +397,15 @@ def write(cfg: BuildConfig) -> dict:
         stats["paper"] = PAPER
         stats["config"] = asdict(cfg)
         stats["seconds"] = round(time.time() - started, 1)
+        failures = stats.pop("failures")
+        reasons: dict[str, int] = {}
+        for failure in failures:
+            key = re.sub(r"https?://\S+", "URL", failure["reason"])[:80]
+            reasons[key] = reasons.get(key, 0) + 1
+        stats["fetch_failure_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+        with open(os.path.join(staging, "failures.jsonl"), "w") as f:
+            for failure in failures:
+                f.write(json.dumps(failure) + "\n")
         with open(os.path.join(staging, "stats.json"), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
     return stats

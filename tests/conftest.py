@@ -1,10 +1,8 @@
 """Shared fixtures: the real data in ../shared/data, one local Ray per session, a loopback HTTP server."""
 from __future__ import annotations
 
-import http.server
 import logging
 import os
-import threading
 
 import pytest
 
@@ -40,38 +38,11 @@ def ray_local():
     ray.shutdown()
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    routes: dict = {}
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        route = self.server.routes.get(self.path)
-        if route is None:
-            self.send_error(404)
-            return
-        status, headers, body = route
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        self.server.requests.append(self.path)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def http_server():
-    """A real HTTP server on 127.0.0.1 (never the internet): `server.route(path, body, status, headers)`,
-    `server.url(path)`, `server.requests` (paths served)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.routes, server.requests = {}, []
-    server.route = lambda path, body, status=200, headers=None: server.routes.__setitem__(
-        path, (status, headers or {"Content-Type": "text/html; charset=utf-8"}, body))
-    server.url = lambda path: f"http://127.0.0.1:{server.server_address[1]}{path}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    """A real HTTP server on 127.0.0.1 (never the internet) with fault injection: see tests/fakeweb.py."""
+    from tests.fakeweb import FakeWeb
+
+    web = FakeWeb()
+    yield web
+    web.close()

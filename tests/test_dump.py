@@ -21,7 +21,7 @@ def test_beer_dump_counts_match_provenance(beer_dump):
     assert sum(p["accepted_answer_id"] > 0 for p in posts) == 410
     answers = [p for p in posts if p["post_type"] == 2]
     assert all(p["parent_id"] > 0 for p in answers) and all(p["title"] == "" for p in answers)
-    assert site_name(beer_dump) == "beer"
+    assert site_name(beer_dump) == "beer.stackexchange.com"
 
 
 def test_both_tag_forms():

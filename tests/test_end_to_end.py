@@ -47,7 +47,7 @@ def test_shards_schema_and_pairs(built, beer_dump):
         assert table.num_rows == stats["splits"][split]["rows"] > 0
         rows = table.to_pylist()
         for r in rows:
-            question_of_answer = f"beer:{parent[int(r['aid'].split(':')[1])]}"
+            question_of_answer = f"beer.stackexchange.com:{parent[int(r['aid'].split(':')[1])]}"
             # positives answer their question with score >= 2; negatives answer a different question
             assert (question_of_answer == r["qid"]) == (r["label"] == 1)
             assert r["label"] == 0 or r["score"] >= 2
