@@ -128,7 +128,8 @@ def crawled_posts(cfg: CrawlConfig):
     os.makedirs(cfg.cache_dir, exist_ok=True)
     limiter = shared_limiter(cfg.limiter_name, default_rate=cfg.requests_per_second)
     parts = []
-    actor_options = {"num_cpus": 0.25, "concurrency": (1, max(1, cfg.crawlers)), "batch_format": "pyarrow"}
+    actor_options = {"num_cpus": 0.25, "compute": ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, cfg.crawlers)),
+                     "batch_format": "pyarrow"}
     if cfg.api_sites:
         fetch_cfg = cfg.fetch_config([host_of(cfg.api.base_url)])
         sites = ray.data.from_items([{"site": site_host(s)} for s in dict.fromkeys(cfg.api_sites)],

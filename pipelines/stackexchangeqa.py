@@ -43,6 +43,7 @@ KEPT_QUESTION, POSITIVE = "question", "positive"
 DROP_REASONS = {
     "fetch_failed": "a URL the crawler could not fetch or parse (see failures.jsonl)",
     "other_post_type": "not a question or an answer (tag wiki, placeholder)",
+    "duplicate_post": "the same post again (from a second dump, the API or a page); the first copy is kept",
     "orphan_answer": "answer whose question is not in the dump",
     "question_empty": "question with no text after HTML removal",
     "question_not_english": "question not identified as English",
@@ -156,10 +157,21 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
             [out(r, "failure", "fetch_failed", "", "", "") if r["post_type"] == FETCH_FAILED else
              out(r, "other", "other_post_type", "", "", "") for r in rows], schema=THREAD_ROWS)
 
+    # The same post from two sources (two dumps, a dump and the API, ...): keep one copy, chosen by origin so
+    # the choice does not depend on arrival order.
+    rows.sort(key=lambda r: (r["post_type"], r["id"], r["origin"] or ""))
+    unique, duplicates = [], []
+    for row in rows:
+        same = unique and unique[-1]["post_type"] == row["post_type"] and unique[-1]["id"] == row["id"]
+        (duplicates if same else unique).append(row)
+    rows = unique
     questions = [r for r in rows if r["post_type"] == QUESTION]
     answers = sorted((r for r in rows if r["post_type"] == ANSWER), key=lambda r: r["id"])
+    dropped_copies = [out(r, "question" if r["post_type"] == QUESTION else "answer", "duplicate_post", "", "", "")
+                      for r in duplicates]
     if not questions:
-        return pa.Table.from_pylist([out(r, "answer", "orphan_answer", "", "", "") for r in answers], schema=THREAD_ROWS)
+        return pa.Table.from_pylist([out(r, "answer", "orphan_answer", "", "", "") for r in answers] + dropped_copies,
+                                    schema=THREAD_ROWS)
     question = questions[0]
     qid = f"{site}:{question['id']}"
     split = split_of(site, question["id"], dev_fraction, test_fraction)
@@ -192,7 +204,7 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
     if qstatus is None:
         qstatus = KEPT_QUESTION if positives else "question_no_positive"
     result.insert(0, out(question, "question", qstatus, qid, qtext, split))
-    return pa.Table.from_pylist(result, schema=THREAD_ROWS)
+    return pa.Table.from_pylist(result + dropped_copies, schema=THREAD_ROWS)
 
 
 class NegativeSampler:
@@ -271,9 +283,12 @@ def source_posts(cfg: BuildConfig):
 
 def threads_dataset(cfg: BuildConfig):
     """Stages 1-4: every post of every source with its status, role, split and text."""
+    from ray.data import ActorPoolStrategy
+
     posts = source_posts(cfg)
     posts = posts.map_batches(clean_text, batch_format="pyarrow", fn_kwargs={"keep_code": cfg.keep_code})
-    posts = posts.map_batches(LanguageIdentifier, batch_format="pyarrow", concurrency=(1, max(1, _cpus() - 1)),
+    posts = posts.map_batches(LanguageIdentifier, batch_format="pyarrow",
+                              compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
                               fn_constructor_kwargs={"unsure_below": cfg.fasttext_threshold})
     posts = posts.map_batches(_thread_key, batch_format="pyarrow")
     return posts.groupby(["site", "thread"], num_partitions=_partitions(cfg)).map_groups(
@@ -296,9 +311,10 @@ def _cpus() -> int:
 
 def funnel(threads) -> dict:
     """Count posts by role and status; every post is counted once."""
-    counts = threads.groupby(["role", "status"]).count().take_all()
+    # Few groups: one shuffle partition per CPU, not Ray's default 200 (seconds of overhead each).
+    counts = threads.groupby(["role", "status"], num_partitions=_cpus()).count().take_all()
     by_status = {(row["role"], row["status"]): row["count()"] for row in counts}
-    lang = threads.groupby("lang_by").count().take_all()
+    lang = threads.groupby("lang_by", num_partitions=_cpus()).count().take_all()
 
     def section(role: str, kept: str | None) -> dict:
         total = sum(n for (r, _), n in by_status.items() if r == role)
@@ -339,9 +355,11 @@ def build(cfg: BuildConfig):
         {name: pa.array([], pa.string()) for name in ("site", "split", "qid", "aid", "answer")} |
         {"score": pa.array([], pa.int32())})
     pool_ref = ray.put(pool_table)
+    from ray.data import ActorPoolStrategy
+
     positives = threads.filter(expr=col("status") == POSITIVE)
     pairs = positives.groupby("qid", num_partitions=_partitions(cfg)).map_groups(
-        NegativeSampler, batch_format="pyarrow", concurrency=1,
+        NegativeSampler, batch_format="pyarrow", compute=ActorPoolStrategy(size=1),
         fn_constructor_kwargs={"pool_ref": [pool_ref], "k": cfg.negatives, "seed": cfg.seed})
     return pairs, stats
 
@@ -355,9 +373,10 @@ def _conform_pairs(batch: pa.Table) -> pa.Table:
 def _split_counts(pairs) -> dict:
     from ray.data.aggregate import Count, Sum
 
-    rows = {r["split"]: r for r in pairs.groupby("split").aggregate(Count(), Sum("label", alias_name="positive"))
+    rows = {r["split"]: r for r in pairs.groupby("split", num_partitions=_cpus()).aggregate(Count(), Sum("label", alias_name="positive"))
             .take_all()}
-    questions = {r["split"]: r["count()"] for r in pairs.groupby(["split", "qid"]).count().groupby("split").count()
+    questions = {r["split"]: r["count()"] for r in pairs.groupby(["split", "qid"], num_partitions=_cpus()).count()
+                 .groupby("split", num_partitions=_cpus()).count()
                  .take_all()}
     result = {}
     for split in SPLITS:

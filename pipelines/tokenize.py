@@ -145,7 +145,8 @@ def tokenised_splits(cfg: TokenizeConfig) -> dict:
         check_parquet_files(files, QA_PAIRS)
         ds = ray.data.read_parquet(files, schema=QA_PAIRS)
         tokenised[split] = ds.map_batches(SpacyTokenizer, batch_format="pyarrow", batch_size=1024,
-                                          fn_constructor_kwargs={"lowercase": cfg.lowercase}, concurrency=(1, 2))
+                                          fn_constructor_kwargs={"lowercase": cfg.lowercase},
+                                          compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2))
     return tokenised
 
 
@@ -165,6 +166,7 @@ def build_vocabulary(train, cfg: TokenizeConfig) -> Vocabulary:
 
 def write(cfg: TokenizeConfig) -> dict:
     """Tokenise every split, write shards, `vocab.json` and `manifest.json`; the output folder appears whole."""
+    from ray.data import ActorPoolStrategy
     from ray.data.aggregate import Count, Sum
 
     with staged_dir(cfg.output) as staging:
@@ -176,7 +178,7 @@ def write(cfg: TokenizeConfig) -> dict:
                     "reserved": list(RESERVED), "config": asdict(cfg), "splits": {}}
         for split, ds in tokenised.items():
             ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
-                                 concurrency=(1, 2)).materialize()
+                                 compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()
             directory = os.path.join(staging, split)
             ids.write_parquet(directory, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
             files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet"))
