@@ -84,6 +84,24 @@ def site_name(path: str) -> str:
     return site_host(folder[len("stackexchange_dump_"):] if folder.startswith("stackexchange_dump_") else folder)
 
 
+SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
+DUMP_NAMES = ("Posts.xml", "Posts.xml.gz")
+
+
+def resolve_dump(path: str) -> str:
+    """A dump file for `path`: itself, or the Posts.xml / Posts.xml.gz / single .7z inside a folder."""
+    if not os.path.isdir(path):
+        return path
+    for name in DUMP_NAMES:
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    archives = sorted(f for f in os.listdir(path) if f.endswith(".7z"))
+    if len(archives) == 1:
+        return os.path.join(path, archives[0])
+    found = f"{len(archives)} .7z archives" if archives else "none of them"
+    raise DumpError(f"{path}: is a directory; expected Posts.xml, Posts.xml.gz or one site .7z inside ({found})")
+
+
 def _open(path: str):
     if not os.path.exists(path):
         raise DumpError(f"{path}: no such file")
@@ -92,13 +110,35 @@ def _open(path: str):
     if os.path.getsize(path) == 0:
         raise DumpError(f"{path}: empty file, expected a Posts.xml dump")
     with open(path, "rb") as probe:
-        magic = probe.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+        magic = probe.read(6)
+    if path.endswith(".7z") and magic != SEVEN_ZIP_MAGIC:
+        raise DumpError(f"{path}: not a 7z archive (wrong magic bytes)")
+    return gzip.open(path, "rb") if magic[:2] == b"\x1f\x8b" else open(path, "rb")
 
 
 def check_readable(path: str) -> None:
-    """Raise DumpError naming `path` if it is missing, a folder, or empty."""
-    _open(path).close()
+    """Raise DumpError naming `path` if it is missing, a folder without a dump, empty, or not what it says."""
+    _open(resolve_dump(path)).close()
+
+
+def _iter_archive(path: str, site: str) -> Iterator[dict]:
+    """Posts of a site `.7z`: Posts.xml is extracted to a temporary folder on the reading node, streamed,
+    and removed. $QA_EXTRACT_DIR chooses where (it needs room for the uncompressed Posts.xml)."""
+    import tempfile
+
+    from crawl.download import DownloadError, extract_posts
+
+    with tempfile.TemporaryDirectory(prefix="posts-", dir=os.environ.get("QA_EXTRACT_DIR")) as tmp:
+        try:
+            xml = extract_posts(path, tmp)
+        except DownloadError as err:
+            raise DumpError(str(err)) from err
+        try:
+            for row in iter_posts(xml, site):
+                row["origin"] = path
+                yield row
+        except DumpError as err:
+            raise DumpError(str(err).replace(xml, f"{path}:Posts.xml")) from err
 
 
 def _int(attrs, name: str, default: int, path: str, line: int) -> int:
@@ -113,7 +153,12 @@ def _int(attrs, name: str, default: int, path: str, line: int) -> int:
 
 def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
     """Yield every `<row>` of a dump as a dict with the POSTS columns, in file order."""
+    path = resolve_dump(path)
     site = site_host(site) if site else site_name(path)
+    if path.endswith(".7z"):
+        _open(path).close()
+        yield from _iter_archive(path, site)
+        return
     stream = _open(path)
     last_line = 0
     seen_root = False
@@ -187,6 +232,7 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
     from ray.data.datasource import Datasource, ReadTask
 
     sites = sites or [None] * len(paths)
+    paths = [resolve_dump(p) for p in paths]
     for path in paths:  # fail on the driver, before any task starts, for the common mistakes
         check_readable(path)
 

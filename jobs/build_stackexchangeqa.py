@@ -4,6 +4,7 @@
         [--min-score 2] [--negatives K] [--seed S]
     python jobs/build_stackexchangeqa.py --source api --sites beer,coffee --output DIR [--api-key KEY]
     python jobs/build_stackexchangeqa.py --source pages --urls urls.txt --output DIR
+    python jobs/build_stackexchangeqa.py --download beer,coffee --output DIR [--mirror URL] [--checksums F]
 
 Crawled responses are cached in --cache (default DIR.cache): re-running after a crash re-parses them and
 fetches only what is missing. URLs that failed are listed with their reasons in DIR/failures.jsonl.
@@ -47,6 +48,15 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                    help="fastText confidence below which langdetect decides the language")
     p.add_argument("--english-threshold", type=float, default=0.5,
                    help="probability of English the deciding model must give")
+    p.add_argument("--download", default="", metavar="SITE,...|all",
+                   help="download these sites' .7z dumps from --mirror (resuming partial files) and build from "
+                        "them; 'all' takes every site in --sites-xml")
+    p.add_argument("--mirror", default="https://archive.org/download/stackexchange",
+                   help="dump mirror: SITE.7z is fetched from MIRROR/SITE.7z")
+    p.add_argument("--checksums", default=None, help="md5sum/sha256sum-format file or URL to verify archives")
+    p.add_argument("--sites-xml", default=None, help="a dump's Sites.xml, listing the sites for --download all")
+    p.add_argument("--include-meta", action="store_true", help="--download all: include meta sites")
+    p.add_argument("--download-dir", default=None, help="where archives go; default OUTPUT.downloads")
     p.add_argument("--sites", default="", help="API source: comma-separated sites (beer, stackoverflow, "
                                                 "pt.stackoverflow or hosts)")
     p.add_argument("--urls", default=None, help="pages source: a file with one question URL per line")
@@ -65,8 +75,10 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
-    if args.source == "dump" and not args.dump:
-        p.error("--dump is required with --source dump")
+    if args.source == "dump" and not args.dump and not args.download:
+        p.error("--dump or --download is required with --source dump")
+    if args.download.strip() == "all" and not args.sites_xml:
+        p.error("--download all needs --sites-xml (the Sites.xml of a dump) to know the sites")
     if args.source == "api" and not args.sites.strip():
         p.error("--sites is required with --source api")
     if args.source == "pages" and not args.urls:
@@ -121,6 +133,20 @@ def summary(stats: dict) -> str:
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
+    if args.download and not args.dry_run:
+        from crawl.download import DownloadConfig, DownloadError, download_sites, load_checksums, parse_sites_xml
+
+        try:
+            wanted = args.download.strip()
+            sites = (parse_sites_xml(args.sites_xml, args.include_meta) if wanted == "all"
+                     else [s.strip() for s in wanted.split(",") if s.strip()])
+            dl_cfg = DownloadConfig(dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
+                                    mirror=args.mirror, checksums=load_checksums(args.checksums))
+            cfg.dumps += download_sites(sites, dl_cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+            cfg.sites = cfg.sites + [None] * (len(cfg.dumps) - len(cfg.sites)) if cfg.sites else []
+        except (DownloadError, OSError) as err:
+            print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
+            return 1
     if args.dry_run:
         shown = asdict(cfg)
         shown["api_key"] = "***" if cfg.api_key else None

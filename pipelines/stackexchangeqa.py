@@ -87,8 +87,6 @@ class BuildConfig:
     max_retries: int = 4
 
     def __post_init__(self):
-        if not (self.dumps or self.api_sites or self.urls):
-            raise ValueError("nothing to build from: give dumps, API sites or page URLs")
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
         if not 0 <= self.dev_fraction + self.test_fraction < 1:
@@ -273,6 +271,8 @@ def source_posts(cfg: BuildConfig):
     """POSTS rows from every source the config names: dump files, API sites, page URLs."""
     from crawl.sources import crawled_posts
 
+    if not (cfg.dumps or cfg.api_sites or cfg.urls):
+        raise ValueError("nothing to build from: give dumps, API sites or page URLs")
     parts = []
     if cfg.dumps:
         parts.append(posts_dataset(cfg.dumps, cfg.sites or None))

@@ -37,6 +37,22 @@ def test_dry_run_prints_resolved_config(tmp_path):
     assert cfg["lr"] == 1e-3 and cfg["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
 
 
+def test_crawl_sources_options_and_their_errors(tmp_path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("# questions\nhttps://stackoverflow.com/questions/1\n\nhttps://beer.stackexchange.com/q/2\n")
+    result = _job("build_stackexchangeqa.py", "--source", "pages", "--urls", str(urls), "--output", str(tmp_path / "o"),
+                  "--api-key", "SEKRIT", "--dry-run")
+    cfg = json.loads(result.stdout)
+    assert cfg["urls"] == "2 URLs" and cfg["api_key"] == "***" and "SEKRIT" not in result.stdout
+    urls.write_text("https://stackoverflow.com/questions/1\nftp://x/y\n")
+    result = _job("build_stackexchangeqa.py", "--source", "pages", "--urls", str(urls), "--output", "o")
+    assert result.returncode == 2 and f"{urls}: line 2: not an http(s) URL" in result.stderr
+    result = _job("build_stackexchangeqa.py", "--source", "api", "--output", "o")
+    assert result.returncode == 2 and "--sites is required" in result.stderr
+    result = _job("build_stackexchangeqa.py", "--download", "all", "--output", "o")
+    assert result.returncode == 2 and "--sites-xml" in result.stderr
+
+
 def test_missing_dump_is_a_clear_error(tmp_path):
     result = _job("build_stackexchangeqa.py", "--dump", str(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o"))
     assert result.returncode == 1
