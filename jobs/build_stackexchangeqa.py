@@ -38,8 +38,12 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--output", required=True, help="output folder; replaced atomically when the build completes")
     p.add_argument("--min-score", type=int, default=2, help="an answer needs at least this score to be a positive "
                                                             "(the paper: two up-votes)")
-    p.add_argument("--negatives", type=int, default=16, help="negatives sampled per positive pair (the paper's "
-                                                             "ratio is 15.7)")
+    p.add_argument("--negatives", type=float, default=15.71, help="negatives sampled per positive pair; a "
+                   "fractional k gives floor(k) or floor(k)+1 per positive, seeded (default: the paper's 15.71)")
+    p.add_argument("--rows-per-shard", type=int, default=100_000, help="target rows per Parquet shard")
+    p.add_argument("--negative-pool", choices=("site", "any", "tag"), default="site",
+                   help="negatives are answers to other questions of the same site (default), any site, or the "
+                        "same site and tag; always from the same split")
     p.add_argument("--seed", type=int, default=13, help="seed of the negative sampling")
     p.add_argument("--dev-fraction", type=float, default=0.1, help="share of questions in dev (by question id hash)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of questions in test")
@@ -57,6 +61,14 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--sites-xml", default=None, help="a dump's Sites.xml, listing the sites for --download all")
     p.add_argument("--include-meta", action="store_true", help="--download all: include meta sites")
     p.add_argument("--download-dir", default=None, help="where archives go; default OUTPUT.downloads")
+    p.add_argument("--dedup", choices=("near", "exact", "off"), default="near",
+                   help="remove duplicate answers: near (MinHash LSH, includes exact), exact, or off")
+    p.add_argument("--near-duplicate-threshold", type=float, default=0.8,
+                   help="estimated Jaccard similarity of word 5-grams above which answers are duplicates")
+    p.add_argument("--exclude-overlap", action="append", default=[], metavar="NAME=PATH",
+                   help="drop posts overlapping a test set: wikiqa=DIR|WikiQA-test.tsv, trecqa=TEST.xml|castorini "
+                        "dir, semeval=XML, insuranceqa=DIR, lines=FILE (one text per line); repeatable")
+    p.add_argument("--overlap-ngram", type=int, default=13, help="shared word n-gram length that counts as overlap")
     p.add_argument("--sites", default="", help="API source: comma-separated sites (beer, stackoverflow, "
                                                 "pt.stackoverflow or hosts)")
     p.add_argument("--urls", default=None, help="pages source: a file with one question URL per line")
@@ -83,6 +95,14 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         p.error("--sites is required with --source api")
     if args.source == "pages" and not args.urls:
         p.error("--urls is required with --source pages")
+    exclude = {}
+    for spec in args.exclude_overlap:
+        name, sep, path = spec.partition("=")
+        if not sep or not path:
+            p.error(f"--exclude-overlap {spec!r}: expected NAME=PATH")
+        if not os.path.exists(path):
+            p.error(f"--exclude-overlap {spec!r}: {path}: no such file or folder")
+        exclude[name] = path
     urls = []
     if args.urls:
         from crawl.sources import read_urls
@@ -97,6 +117,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         sites.append(site if sep else None)
         paths.append(path if sep else spec)
     cfg = BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
+                      negative_pool=args.negative_pool, dedup=args.dedup, rows_per_shard=args.rows_per_shard,
+                      near_duplicate_threshold=args.near_duplicate_threshold, exclude_test_sets=exclude,
+                      overlap_ngram=args.overlap_ngram,
                       seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
                       keep_code=not args.drop_code, fasttext_threshold=args.fasttext_threshold,
                       english_threshold=args.english_threshold, sites=sites if any(sites) else [],

@@ -10,8 +10,9 @@ Stages, each a Ray Data operation:
   3. language ID on every question and answer (`LanguageIdentifier`, a class: it loads a model);
   4. threads assembled by question (`groupby(...).map_groups(assemble_thread)`): every post gets a `status`,
      either kept ("question", "positive") or the reason it was dropped, and its question's split;
-  5. negatives sampled per question from the answers of other questions in the same site and split
-     (`NegativeSampler`), seeded by (seed, question id) so the result does not depend on partitioning.
+  5. negatives sampled per question from the answers of other questions in the same pool group (site and
+     split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
+     partitioning.
 
 `build(cfg)` returns the pairs dataset and the funnel; `write(cfg)` writes shards atomically. The funnel
 counts every post exactly once, so its parts add up to the posts read.
@@ -30,12 +31,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
+from pipelines.datacard import length_histogram, write_card
+from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
+from pipelines.negatives import POOL_MODES, sample_negatives
 from pipelines.schemas import QA_PAIRS, conform
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
+DUPLICATE_MARK = -2  # post_type of the rows that carry "this answer duplicates that one" into its thread
 PAPER = {"positive_pairs": 628_706, "negative_pairs": 9_874_758, "negatives_per_positive": round(9_874_758 / 628_706, 2)}
 
 # Post statuses. Kept posts are "question" and "positive"; every other status is a reason for dropping.
@@ -53,6 +58,9 @@ DROP_REASONS = {
     "answer_empty": "answer with no text after HTML removal",
     "answer_not_english": "answer not identified as English",
     "answer_below_min_score": "answer scored below min_score (kept only as a negative candidate)",
+    "answer_duplicate": "exact or near duplicate of a better-scored answer (MinHash over word 5-grams)",
+    "question_overlaps_test_set": "question text overlaps a target test set (WikiQA, TrecQA, ...)",
+    "answer_overlaps_test_set": "answer text overlaps a target test set",
 }
 # Answers that other questions may draw as negatives: real, English, non-empty answers.
 NEGATIVE_POOL = ("positive", "answer_below_min_score")
@@ -63,7 +71,13 @@ class BuildConfig:
     dumps: list[str] = field(default_factory=list)
     output: str = "data/stackexchangeqa"
     min_score: int = 2
-    negatives: int = 16  # per positive pair; the paper's ratio is 15.7
+    negatives: float = PAPER["negatives_per_positive"]  # per positive pair (fractional allowed): the paper's 15.71
+    negative_pool: str = "site"  # where negatives come from: "site" (same site), "any" site, same "tag"
+    negative_bucket_size: int = 4096  # answers per sampling bucket: what one node holds at a time
+    dedup: str = "near"  # duplicate answers: "near" (MinHash LSH, includes exact), "exact", or "off"
+    near_duplicate_threshold: float = 0.8  # estimated Jaccard of word 5-gram shingles
+    exclude_test_sets: dict[str, str] = field(default_factory=dict)  # {"wikiqa": PATH, ...}: see pipelines/overlap
+    overlap_ngram: int = 13
     seed: int = 13
     dev_fraction: float = 0.1
     test_fraction: float = 0.1
@@ -89,6 +103,10 @@ class BuildConfig:
     def __post_init__(self):
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
+        if self.dedup not in DEDUP_MODES:
+            raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {self.dedup!r}")
+        if self.negative_pool not in POOL_MODES:
+            raise ValueError(f"negative_pool must be one of {POOL_MODES}, got {self.negative_pool!r}")
         if not 0 <= self.dev_fraction + self.test_fraction < 1:
             raise ValueError("dev_fraction + test_fraction must be in [0, 1)")
 
@@ -129,7 +147,8 @@ THREAD_ROWS = pa.schema(
         ("site", pa.string()), ("qid", pa.string()), ("aid", pa.string()), ("role", pa.string()),
         ("status", pa.string()), ("split", pa.string()), ("question", pa.string()), ("answer", pa.string()),
         ("score", pa.int32()), ("accepted", pa.bool_()), ("lang_by", pa.string()), ("origin", pa.string()),
-        ("failure", pa.string()),
+        ("detail", pa.string()),  # fetch failure reason, kept duplicate's id, or the overlapped test sets
+        ("tags", pa.list_(pa.string())), ("licence", pa.string()),
     ]
 )
 
@@ -148,13 +167,32 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
         aid = f"{site}:{row['id']}" if role == "answer" else ""
         return {"site": site, "qid": qid, "aid": aid, "role": role, "status": status, "split": split,
                 "question": question, "answer": answer, "score": row["score"], "accepted": accepted,
-                "lang_by": row["lang_by"], "origin": row["origin"], "failure": row["failure"]}
+                "lang_by": row["lang_by"], "origin": row["origin"], "detail": detail_of(row, status),
+                "licence": row["licence"] or "",
+                "tags": thread_tags}
+
+    def detail_of(row, status) -> str:
+        if status == "fetch_failed":
+            return row["failure"] or ""
+        if status == "answer_duplicate":
+            return duplicate_of.get(row["id"], "")
+        if status.endswith("overlaps_test_set"):
+            return row.get("overlap") or ""
+        return ""
+
+    duplicate_of: dict[int, str] = {}
+    thread_tags: list[str] = next((r["tags"] for r in rows if r["post_type"] == QUESTION), None) or []
 
     if rows[0]["thread"] == -1:
         return pa.Table.from_pylist(
             [out(r, "failure", "fetch_failed", "", "", "") if r["post_type"] == FETCH_FAILED else
              out(r, "other", "other_post_type", "", "", "") for r in rows], schema=THREAD_ROWS)
 
+    # Duplicate-answer marks from the dedup stage travel as rows of this thread; they are not posts.
+    duplicate_of.update({r["id"]: r["failure"] for r in rows if r["post_type"] == DUPLICATE_MARK})
+    rows = [r for r in rows if r["post_type"] != DUPLICATE_MARK]
+    if not rows:
+        return THREAD_ROWS.empty_table()
     # The same post from two sources (two dumps, a dump and the API, ...): keep one copy, chosen by origin so
     # the choice does not depend on arrival order.
     rows.sort(key=lambda r: (r["post_type"], r["id"], r["origin"] or ""))
@@ -179,6 +217,8 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
         qstatus = "question_empty"
     elif not is_english(question):
         qstatus = "question_not_english"
+    elif question.get("overlap"):
+        qstatus = "question_overlaps_test_set"
     elif not answers:
         qstatus = "question_no_answers"
     else:
@@ -192,6 +232,10 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
             status = "answer_empty"
         elif not is_english(answer):
             status = "answer_not_english"
+        elif answer.get("overlap"):
+            status = "answer_overlaps_test_set"
+        elif answer["id"] in duplicate_of:
+            status = "answer_duplicate"
         elif answer["score"] < min_score:
             status = "answer_below_min_score"
         else:
@@ -205,54 +249,6 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
     return pa.Table.from_pylist(result + dropped_copies, schema=THREAD_ROWS)
 
 
-class NegativeSampler:
-    """For one question's positive pairs, emit them and `k` negatives per positive.
-
-    Negatives are answers to other questions of the same site and split (never the same question), drawn
-    without replacement within a question by a generator seeded with (seed, question id), over a pool sorted
-    by answer id: the draw does not depend on how Ray partitioned the data. A pool too small for k per
-    positive gives all it has; the shortfall is counted in the funnel.
-    """
-
-    def __init__(self, pool_ref, k: int, seed: int):
-        import ray
-
-        pool = pool_ref[0]
-        pool = ray.get(pool) if isinstance(pool, ray.ObjectRef) else pool
-        pool = pool.sort_by([("site", "ascending"), ("split", "ascending"), ("aid", "ascending")])
-        self.k, self.seed = k, seed
-        self.qid = np.asarray(pool.column("qid").to_pylist(), dtype=object)
-        self.aid = pool.column("aid").to_pylist()
-        self.answer = pool.column("answer").to_pylist()
-        self.score = pool.column("score").to_pylist()
-        self.groups: dict[tuple[str, str], np.ndarray] = {}
-        keys = list(zip(pool.column("site").to_pylist(), pool.column("split").to_pylist()))
-        for index, key in enumerate(keys):
-            self.groups.setdefault(key, []).append(index)
-        self.groups = {key: np.asarray(idx, dtype=np.int64) for key, idx in self.groups.items()}
-
-    def __call__(self, group: pa.Table) -> pa.Table:
-        positives = group.sort_by("aid").to_pylist()
-        first = positives[0]
-        qid, site, split, question = first["qid"], first["site"], first["split"], first["question"]
-        rows = [{"qid": qid, "question": question, "aid": p["aid"], "answer": p["answer"], "label": 1,
-                 "score": p["score"], "accepted": p["accepted"], "site": site, "split": split, "short": 0}
-                for p in positives]
-        wanted = self.k * len(positives)
-        candidates = self.groups.get((site, split), np.zeros(0, dtype=np.int64))
-        candidates = candidates[self.qid[candidates] != qid]
-        rng = np.random.default_rng([self.seed, int(stable_unit("negatives", qid) * 2**63)])
-        take = min(wanted, len(candidates))
-        chosen = rng.choice(candidates, size=take, replace=False) if take else []
-        for index in chosen:
-            rows.append({"qid": qid, "question": question, "aid": self.aid[index], "answer": self.answer[index],
-                         "label": 0, "score": self.score[index], "accepted": False, "site": site, "split": split,
-                         "short": 0})
-        rows[0]["short"] = wanted - take
-        return pa.Table.from_pylist(rows, schema=_PAIRS_WITH_SPLIT)
-
-
-_PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string()), pa.field("short", pa.int64())])
 
 
 def crawl_config(cfg: BuildConfig):
@@ -284,17 +280,44 @@ def source_posts(cfg: BuildConfig):
 def threads_dataset(cfg: BuildConfig):
     """Stages 1-4: every post of every source with its status, role, split and text."""
     from ray.data import ActorPoolStrategy
+    from ray.data.expressions import col
 
     posts = source_posts(cfg)
     posts = posts.map_batches(clean_text, batch_format="pyarrow", fn_kwargs={"keep_code": cfg.keep_code})
     posts = posts.map_batches(LanguageIdentifier, batch_format="pyarrow",
                               compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
                               fn_constructor_kwargs={"unsure_below": cfg.fasttext_threshold})
+    if cfg.exclude_test_sets:
+        import ray
+
+        from pipelines.overlap import OverlapFilter, reference_index
+
+        index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
+        posts = posts.map_batches(OverlapFilter, batch_format="pyarrow",
+                                  compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
+                                  fn_constructor_kwargs={"index_ref": index_ref, "n": cfg.overlap_ngram})
     posts = posts.map_batches(_thread_key, batch_format="pyarrow")
+    if cfg.dedup != "off":
+        posts = posts.materialize()  # read twice: for the duplicate search and for the threads
+        answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
+        answers = answers.select_columns(["site", "id", "thread", "score", "text"])
+        marks = duplicate_answers(answers, mode=cfg.dedup, threshold=cfg.near_duplicate_threshold,
+                                  partitions=_partitions(cfg))
+        posts = posts.union(marks.map_batches(_mark_rows, batch_format="pyarrow",
+                                              fn_kwargs={"schema": posts.schema().base_schema}))
     return posts.groupby(["site", "thread"], num_partitions=_partitions(cfg)).map_groups(
         assemble_thread, batch_format="pyarrow",
         fn_kwargs={"min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
                    "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction})
+
+
+def _mark_rows(batch: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Duplicate marks shaped as post rows (post_type DUPLICATE_MARK, `failure` = the kept answer's id)."""
+    n = batch.num_rows
+    columns = {"site": batch["site"], "id": batch["id"], "thread": batch["thread"],
+               "post_type": pa.array([DUPLICATE_MARK] * n, pa.int8()), "failure": batch["duplicate_of"]}
+    return pa.table({f.name: columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+                     for f in schema}, schema=schema)
 
 
 def _partitions(cfg: BuildConfig) -> int:
@@ -312,9 +335,28 @@ def _cpus() -> int:
 def funnel(threads) -> dict:
     """Count posts by role and status; every post is counted once."""
     # Few groups: one shuffle partition per CPU, not Ray's default 200 (seconds of overhead each).
-    counts = threads.groupby(["role", "status"], num_partitions=_cpus()).count().take_all()
-    by_status = {(row["role"], row["status"]): row["count()"] for row in counts}
+    from ray.data.expressions import col
+
+    counts = threads.groupby(["site", "role", "status"], num_partitions=_cpus()).count().take_all()
+    by_status: dict[tuple[str, str], int] = {}
+    per_site: dict[str, dict[str, int]] = {}
+    for row in counts:
+        key = (row["role"], row["status"])
+        by_status[key] = by_status.get(key, 0) + row["count()"]
+        if row["role"] in ("question", "answer"):
+            site = per_site.setdefault(row["site"], {"questions": 0, "questions_kept": 0, "answers": 0,
+                                                     "positives": 0})
+            site[row["role"] + "s"] += row["count()"]
+            if key == ("question", KEPT_QUESTION):
+                site["questions_kept"] += row["count()"]
+            if key == ("answer", POSITIVE):
+                site["positives"] += row["count()"]
     lang = threads.groupby("lang_by", num_partitions=_cpus()).count().take_all()
+    overlapping = threads.filter(expr=col("status").is_in(["question_overlaps_test_set", "answer_overlaps_test_set"]))
+    overlap: dict[str, dict[str, int]] = {}
+    for row in overlapping.select_columns(["role", "detail"]).take_all():
+        for name in row["detail"].split(","):
+            overlap.setdefault(name, {"question": 0, "answer": 0})[row["role"]] += 1
 
     def section(role: str, kept: str | None) -> dict:
         total = sum(n for (r, _), n in by_status.items() if r == role)
@@ -328,45 +370,76 @@ def funnel(threads) -> dict:
         "answers": section("answer", POSITIVE),
         "other_posts": section("other", None),
         "language_decided_by": {row["lang_by"] or "no_text": row["count()"] for row in lang if row["lang_by"] != "none"},
+        "test_set_overlap": overlap,
+        "per_site": dict(sorted(per_site.items())),
         "drop_reasons": DROP_REASONS,
     }
     return result
 
 
 def build(cfg: BuildConfig):
-    """The pairs dataset (QA_PAIRS columns plus `split` and `short`) and the post funnel."""
-    import ray
+    """The pairs dataset (QA_PAIRS columns plus `split`) and the post funnel."""
     from ray.data.expressions import col
 
     threads = threads_dataset(cfg).materialize()
     stats = funnel(threads)
-    failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "failure"]).take_all()
-    stats["failures"] = [{"url": r["origin"], "reason": r["failure"]} for r in failed]
+    failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
+    stats["failures"] = [{"url": r["origin"], "reason": r["detail"]} for r in failed]
     if stats["posts_in"] == 0:
         sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
-        hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['failure']}" if failed else ""
+        hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['detail']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
-    # First version: the negative pool (answer texts) is gathered into one object; fine for single sites,
-    # replaced by a distributed join for the full Stack Exchange in the "full fidelity" issue.
+    kept = threads.filter(expr=col("status").is_in([KEPT_QUESTION, POSITIVE]))
+    histograms = kept.map_batches(_length_histograms, batch_format="pyarrow").take_all()
+    stats["lengths"] = {role: {label: sum(h[f"{role}|{label}"] for h in histograms) for label in _LENGTH_LABELS}
+                        for role in ("question", "answer")}
+    stats["licences"] = {r["licence"] or "unknown": r["count()"] for r in
+                         kept.groupby("licence", num_partitions=_cpus()).count().take_all()}
     pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
-    pool = pool.select_columns(["site", "split", "qid", "aid", "answer", "score"])
-    pool_tables = [t for t in ray.get(pool.to_arrow_refs()) if t.num_rows]
-    pool_table = pa.concat_tables(pool_tables) if pool_tables else pa.table(
-        {name: pa.array([], pa.string()) for name in ("site", "split", "qid", "aid", "answer")} |
-        {"score": pa.array([], pa.int32())})
-    pool_ref = ray.put(pool_table)
-    from ray.data import ActorPoolStrategy
-
-    positives = threads.filter(expr=col("status") == POSITIVE)
-    pairs = positives.groupby("qid", num_partitions=_partitions(cfg)).map_groups(
-        NegativeSampler, batch_format="pyarrow", compute=ActorPoolStrategy(size=1),
-        fn_constructor_kwargs={"pool_ref": [pool_ref], "k": cfg.negatives, "seed": cfg.seed})
+    positives = threads.filter(expr=col("status") == POSITIVE).materialize()
+    negatives = sample_negatives(pool, positives, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
+                                 bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg)).materialize()
+    stats["negatives_short"] = int(negatives.sum("short") or 0) if negatives.count() else 0
+    pairs = positives.map_batches(_positive_pairs, batch_format="pyarrow").union(
+        negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
     return pairs, stats
+
+
+_PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
+_LENGTH_LABELS = list(length_histogram([]).keys())
+
+
+def _length_histograms(batch: pa.Table) -> pa.Table:
+    """One row per batch: word-length histograms of its questions and answers (summed on the driver)."""
+    roles = batch.column("role").to_pylist()
+    texts = [q if role == "question" else a for role, q, a in
+             zip(roles, batch.column("question").to_pylist(), batch.column("answer").to_pylist())]
+    row = {}
+    for role in ("question", "answer"):
+        hist = length_histogram(len(t.split()) for r, t in zip(roles, texts) if r == role)
+        row.update({f"{role}|{label}": [n] for label, n in hist.items()})
+    return pa.table(row)
+
+
+def _positive_pairs(batch: pa.Table) -> pa.Table:
+    n = batch.num_rows
+    return pa.table({"qid": batch["qid"], "question": batch["question"], "aid": batch["aid"],
+                     "answer": batch["answer"], "label": pa.array(np.ones(n, dtype=np.int8)),
+                     "score": batch["score"], "accepted": batch["accepted"], "site": batch["site"],
+                     "split": batch["split"]}).cast(_PAIRS_WITH_SPLIT)
+
+
+def _negative_pairs(batch: pa.Table) -> pa.Table:
+    n = batch.num_rows
+    return pa.table({"qid": batch["qid"], "question": batch["question"], "aid": batch["aid"],
+                     "answer": batch["answer"], "label": pa.array(np.zeros(n, dtype=np.int8)),
+                     "score": batch["score"], "accepted": pa.array(np.zeros(n, dtype=bool)),
+                     "site": batch["site"], "split": batch["split"]}).cast(_PAIRS_WITH_SPLIT)
 
 
 def _conform_pairs(batch: pa.Table) -> pa.Table:
     """QA_PAIRS columns, checked, plus `split` for the partitioned write (which moves it to the folder)."""
-    table = conform(batch.drop_columns(["split", "short"]), QA_PAIRS, "StackExchangeQA pairs")
+    table = conform(batch.drop_columns(["split"]), QA_PAIRS, "StackExchangeQA pairs")
     return table.append_column("split", batch.column("split"))
 
 
@@ -411,10 +484,12 @@ def write(cfg: BuildConfig) -> dict:
         negative = sum(s["negative"] for s in splits.values())
         stats["pairs"] = {"positive": positive, "negative": negative, "total": positive + negative,
                           "negatives_per_positive": round(negative / positive, 2) if positive else 0.0,
-                          "negatives_short": int(pairs.sum("short") or 0) if positive else 0}
+                          "negatives_short": stats.pop("negatives_short")}
         stats["splits"] = splits
         stats["paper"] = PAPER
         stats["config"] = asdict(cfg)
+        stats["config"]["api_key"] = "***" if cfg.api_key else None  # never written to disk
+        stats["config"]["urls"] = len(cfg.urls)
         stats["seconds"] = round(time.time() - started, 1)
         failures = stats.pop("failures")
         reasons: dict[str, int] = {}
@@ -425,6 +500,7 @@ def write(cfg: BuildConfig) -> dict:
         with open(os.path.join(staging, "failures.jsonl"), "w") as f:
             for failure in failures:
                 f.write(json.dumps(failure) + "\n")
+        write_card(stats, staging)
         with open(os.path.join(staging, "stats.json"), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
     return stats

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 import pytest
 
@@ -46,3 +47,17 @@ def http_server():
     web = FakeWeb()
     yield web
     web.close()
+
+
+def kill_session(session_id: int) -> None:
+    """SIGKILL every process of a session: the driver and the Ray instance it started, like a crash."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session_id:
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            pass

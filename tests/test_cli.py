@@ -31,7 +31,7 @@ def test_help_documents_contract_flags(job):
 def test_dry_run_prints_resolved_config(tmp_path):
     result = _job("build_stackexchangeqa.py", "--dump", "x/Posts.xml", "--output", str(tmp_path), "--dry-run")
     cfg = json.loads(result.stdout)
-    assert cfg["min_score"] == 2 and cfg["negatives"] == 16 and cfg["dumps"] == ["x/Posts.xml"]
+    assert cfg["min_score"] == 2 and cfg["negatives"] == 15.71 and cfg["dumps"] == ["x/Posts.xml"]
     result = _job("train.py", "--model", "gsamn", "--data", "d", "--dry-run")
     cfg = json.loads(result.stdout)
     assert cfg["lr"] == 1e-3 and cfg["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01

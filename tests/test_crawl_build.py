@@ -11,6 +11,7 @@ import time
 import pytest
 
 from pipelines.schemas import QA_PAIRS, read_table
+from tests.conftest import kill_session
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +67,40 @@ def test_build_from_pages_and_api_then_resume_from_cache(served, ray_local, tmp_
     assert len(web.log) == served_before
     assert {k: again[k] for k in ("questions", "answers", "pairs", "splits")} == \
            {k: stats[k] for k in ("questions", "answers", "pairs", "splits")}
+
+
+def test_a_killed_crawl_resumes_without_fetching_any_page_twice(served, tmp_path):
+    """The build job crawling pages is killed (SIGKILL, its whole session) part-way; the same command run
+    again finishes, and over both runs the server saw every page exactly once."""
+    import subprocess
+    import sys
+
+    web, index, urls, _ = served
+    pages = [u for u in urls if "/questions/" in u and "gone" not in u][:24]
+    url_file = tmp_path / "urls.txt"
+    url_file.write_text("\n".join(pages) + "\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, os.path.join(repo, "jobs", "build_stackexchangeqa.py"), "--source", "pages",
+               "--urls", str(url_file), "--output", str(tmp_path / "seqa"), "--requests-per-second", "2",
+               "--crawlers", "2", "--negatives", "1", "--num-cpus", "2"]
+    page_paths = {u.split(web.host, 1)[1] for u in pages}
+    served_pages = lambda: [p for _, p, _ in web.log if p in page_paths]  # noqa: E731
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 180
+    try:
+        while time.time() < deadline and proc.poll() is None and len(served_pages()) < 6:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the crawl ended before it could be killed"
+        assert len(served_pages()) >= 6, "the crawl never got going"
+    finally:
+        kill_session(proc.pid)
+        proc.wait()
+    first_run = len(served_pages())
+    assert first_run < len(pages)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    counts = {p: served_pages().count(p) for p in page_paths}
+    assert set(counts.values()) == {1}, {p: n for p, n in counts.items() if n != 1}
+    with open(tmp_path / "seqa" / "stats.json") as f:
+        stats = json.load(f)
+    assert stats["questions"]["in"] == len(pages)

@@ -4,7 +4,6 @@ Slow by design (Ray Data and Ray Train start-up); the builds are shared by the m
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from crawl.dump import iter_posts
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, read_table
+from tests.conftest import kill_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEGATIVES = 3
@@ -21,11 +21,30 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, beer_dump, ray_local):
-    from pipelines.stackexchangeqa import BuildConfig, write
+def overlap_file(tmp_path_factory, beer_dump):
+    """A "test set" holding one real beer answer, which the build must drop as overlapping."""
+    from pipelines.text import html_to_text
+
+    answer = next(p for p in iter_posts(beer_dump)
+                  if p["post_type"] == 2 and p["score"] >= 2 and len(html_to_text(p["body"]).split()) > 40)
+    path = tmp_path_factory.mktemp("overlap") / "test_set.txt"
+    path.write_text(html_to_text(answer["body"]).replace("\n", " ") + "\n")
+    return str(path), f"beer.stackexchange.com:{answer['id']}"
+
+
+def _config(beer_dump, out, overlap_file):
+    from pipelines.stackexchangeqa import BuildConfig
+
+    return BuildConfig(dumps=[beer_dump], output=out, negatives=NEGATIVES, seed=7,
+                       exclude_test_sets={"lines": overlap_file[0]})
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, beer_dump, ray_local, overlap_file):
+    from pipelines.stackexchangeqa import write
 
     out = str(tmp_path_factory.mktemp("build") / "seqa")
-    stats = write(BuildConfig(dumps=[beer_dump], output=out, negatives=NEGATIVES, seed=7))
+    stats = write(_config(beer_dump, out, overlap_file))
     return out, stats
 
 
@@ -61,6 +80,16 @@ def test_shards_schema_and_pairs(built, beer_dump):
     assert not [f for f in os.listdir(os.path.dirname(out)) if ".partial-" in f]
 
 
+def test_overlapping_and_duplicate_answers_are_dropped_and_counted(built, overlap_file):
+    out, stats = built
+    assert stats["answers"]["dropped"]["answer_overlaps_test_set"] >= 1
+    assert stats["test_set_overlap"]["lines"]["answer"] == stats["answers"]["dropped"]["answer_overlaps_test_set"]
+    aids = set()
+    for split in ("train", "dev", "test"):
+        aids |= set(read_table(os.path.join(out, split), QA_PAIRS).column("aid").to_pylist())
+    assert overlap_file[1] not in aids  # neither a positive nor a negative anywhere
+
+
 def test_funnel_adds_up(built):
     _, stats = built
     assert stats["posts_in"] == 2354
@@ -77,13 +106,22 @@ def test_funnel_adds_up(built):
     assert stats["questions"]["kept"] == sum(s["questions"] for s in stats["splits"].values())
     with open(os.path.join(built[0], "stats.json")) as f:
         assert json.load(f)["pairs"] == pairs
+    with open(os.path.join(built[0], "data_card.json")) as f:
+        card = json.load(f)
+    assert card["ours_vs_paper"]["positive_pairs"] == [pairs["positive"], 628_706]
+    assert sum(card["lengths_in_words"]["answer"].values()) == pairs["positive"]
+    assert sum(card["licences"].values()) == pairs["positive"] + stats["questions"]["kept"]
+    with open(os.path.join(built[0], "DATA_CARD.md")) as f:
+        markdown = f.read()
+    assert "CC BY-SA" in markdown and "answer_overlaps_test_set" in markdown
+    assert os.path.getsize(os.path.join(built[0], "funnel.png")) > 10_000
 
 
-def test_rebuild_is_identical(built, beer_dump, tmp_path):
-    from pipelines.stackexchangeqa import BuildConfig, write
+def test_rebuild_is_identical(built, beer_dump, tmp_path, overlap_file):
+    from pipelines.stackexchangeqa import write
 
     again = str(tmp_path / "again")
-    write(BuildConfig(dumps=[beer_dump], output=again, negatives=NEGATIVES, seed=7))
+    write(_config(beer_dump, again, overlap_file))
     for split in ("train", "dev", "test"):
         a = read_table(os.path.join(built[0], split), QA_PAIRS).sort_by([("qid", "ascending"), ("aid", "ascending")])
         b = read_table(os.path.join(again, split), QA_PAIRS).sort_by([("qid", "ascending"), ("aid", "ascending")])
@@ -133,20 +171,6 @@ def test_train_one_epoch_loss_falls_and_reports_metrics(tokenised, tmp_path, ray
     assert curve[-1] < curve[0], curve
 
 
-def _kill_session(session_id: int) -> None:
-    """SIGKILL every process of a session: the driver and the Ray instance it started, like a crash."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session_id:
-                os.kill(int(pid), signal.SIGKILL)
-        except (OSError, IndexError, ValueError):
-            pass
-
-
 def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", tokenised[0],
                "--storage-path", str(tmp_path), "--name", "killed", "--max-steps", "40", "--checkpoint-every", "10",
@@ -164,7 +188,7 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.time() < deadline, "no checkpoint appeared"
     finally:
-        _kill_session(proc.pid)
+        kill_session(proc.pid)
         proc.wait()
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]

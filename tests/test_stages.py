@@ -35,7 +35,7 @@ def test_split_is_stable_and_roughly_proportional():
 
 def _post(id, post_type, text, score=0, parent=-1, accepted=-1, lang="en"):
     return {"site": "s", "id": id, "post_type": post_type, "parent_id": parent, "accepted_answer_id": accepted,
-            "score": score, "title": "", "tags": [], "creation_date": "", "line": id, "origin": "t", "failure": "", "text": text,
+            "score": score, "title": "", "tags": [], "creation_date": "", "line": id, "origin": "t", "failure": "", "licence": "CC BY-SA 4.0", "text": text,
             "lang": lang, "lang_score": 0.99, "lang_by": "fasttext", "thread": 1 if post_type in (1, 2) else -1}
 
 

@@ -1,0 +1,175 @@
+"""Negative answers sampled at cluster scale, without gathering the answer pool anywhere.
+
+For each positive pair the paper adds real answers to *other* questions as negatives (15.7 per positive in
+its corpus). Here every candidate answer belongs to a pool group (same site and split by default; any site;
+or same site, tag and split) and, inside the group, to one of B buckets by a hash of its id, B chosen so a
+bucket holds about `bucket_size` answers. A question asks for its negatives bucket by bucket (buckets drawn
+uniformly by a generator seeded with (seed, question)); the requests and the pool meet in one shuffle keyed
+by (group, bucket), and each bucket draws, without replacement, from its answers that do not belong to the
+asking question. So:
+
+- no node ever holds more than a bucket of answers, whatever the corpus size;
+- a question never gets its own answers, nor the same negative twice (buckets split a group, and a question
+  draws from one group);
+- the result depends on (seed, question id, answer ids) only, not on partitioning or worker count;
+- k may be fractional (the paper's 15.71): each positive asks for floor(k) or floor(k)+1 negatives, seeded.
+
+A bucket too small for what is asked gives all it has; the shortfall is reported.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import pyarrow as pa
+
+POOL_MODES = ("site", "any", "tag")
+
+REQUESTS = pa.schema([
+    ("kind", pa.string()), ("group", pa.string()), ("bucket", pa.int64()), ("qid", pa.string()),
+    ("aid", pa.string()), ("question", pa.string()), ("answer", pa.string()), ("score", pa.int32()),
+    ("wanted", pa.int64()), ("site", pa.string()), ("split", pa.string()),
+])
+NEGATIVES = pa.schema([
+    ("qid", pa.string()), ("question", pa.string()), ("aid", pa.string()), ("answer", pa.string()),
+    ("score", pa.int32()), ("site", pa.string()), ("split", pa.string()), ("short", pa.int64()),
+])
+
+
+def _hash64(*parts) -> int:
+    return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "big")
+
+
+def pool_groups(site: str, split: str, tags: list[str] | None, mode: str) -> list[str]:
+    """The pool groups an answer (of a question with `tags`) belongs to."""
+    if mode == "site":
+        return [f"{split}|{site}"]
+    if mode == "any":
+        return [split]
+    if mode == "tag":
+        return [f"{split}|{site}|{tag}" for tag in (tags or [])]
+    raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
+
+
+def bucket_of(aid: str, buckets: int) -> int:
+    return _hash64("bucket", aid) % buckets
+
+
+def buckets_for(count: int, bucket_size: int) -> int:
+    return max(1, math.ceil(count / bucket_size))
+
+
+def pool_rows(batch: pa.Table, mode: str) -> pa.Table:
+    """Candidate answers as `pool` rows keyed by group (one row per group; several in tag mode)."""
+    rows = []
+    for r in batch.to_pylist():
+        for group in pool_groups(r["site"], r["split"], r["tags"], mode):
+            rows.append({"kind": "pool", "group": group, "bucket": -1, "qid": r["qid"], "aid": r["aid"],
+                         "question": "", "answer": r["answer"], "score": r["score"], "wanted": 0,
+                         "site": r["site"], "split": r["split"]})
+    return pa.Table.from_pylist(rows, schema=REQUESTS)
+
+
+class AssignBuckets:
+    """Sets `bucket` on pool rows from the group sizes (one small dict, loaded once per actor)."""
+
+    def __init__(self, sizes_ref, bucket_size: int):
+        import ray
+
+        sizes = sizes_ref[0]
+        self.sizes = ray.get(sizes) if isinstance(sizes, ray.ObjectRef) else sizes
+        self.bucket_size = bucket_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        groups = batch.column("group").to_pylist()
+        aids = batch.column("aid").to_pylist()
+        buckets = [bucket_of(a, buckets_for(self.sizes[g], self.bucket_size)) for g, a in zip(groups, aids)]
+        index = batch.schema.get_field_index("bucket")
+        return batch.set_column(index, "bucket", pa.array(buckets, pa.int64()))
+
+
+class RequestNegatives:
+    """One question's positives (a group of rows with one qid) to `request` rows: how many negatives it wants
+    from which (group, bucket)."""
+
+    def __init__(self, sizes_ref, k: float, seed: int, mode: str, bucket_size: int):
+        import ray
+
+        sizes = sizes_ref[0]
+        self.sizes = ray.get(sizes) if isinstance(sizes, ray.ObjectRef) else sizes
+        self.k, self.seed, self.mode, self.bucket_size = k, seed, mode, bucket_size
+
+    def wanted(self, aids: list[str]) -> int:
+        whole, frac = int(self.k), self.k - int(self.k)
+        extra = sum(1 for aid in aids if frac and (_hash64("k", self.seed, aid) / 2**64) < frac)
+        return whole * len(aids) + extra
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        first = group.slice(0, 1).to_pylist()[0]
+        qid, site, split = first["qid"], first["site"], first["split"]
+        wanted = self.wanted(sorted(group.column("aid").to_pylist()))
+        rng = np.random.default_rng([self.seed, _hash64("negatives", qid) >> 1])
+        choices = [g for g in sorted(set(pool_groups(site, split, first["tags"], self.mode))) if self.sizes.get(g)]
+        if not choices or not wanted:
+            return pa.Table.from_pylist([{"kind": "short", "group": "", "bucket": -1, "qid": qid, "aid": "",
+                                          "question": "", "answer": "", "score": 0, "wanted": wanted, "site": site,
+                                          "split": split}], schema=REQUESTS)
+        pool_group = choices[int(rng.integers(len(choices)))]  # one group per question: no repeats across groups
+        buckets = buckets_for(self.sizes[pool_group], self.bucket_size)
+        counts = np.bincount(rng.integers(0, buckets, size=wanted), minlength=buckets)
+        return pa.Table.from_pylist(
+            [{"kind": "request", "group": pool_group, "bucket": int(b), "qid": qid, "aid": "",
+              "question": first["question"], "answer": "", "score": 0, "wanted": int(n), "site": site,
+              "split": split} for b, n in enumerate(counts) if n], schema=REQUESTS)
+
+
+def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
+    """The pool rows and request rows of one (group, bucket) to negative pairs."""
+    kinds = group.column("kind").to_pylist()
+    rows = group.to_pylist()
+    pool = sorted((r for r, k in zip(rows, kinds) if k == "pool"), key=lambda r: r["aid"])
+    requests = sorted((r for r, k in zip(rows, kinds) if k != "pool"), key=lambda r: r["qid"])
+    pool_qids = np.asarray([r["qid"] for r in pool], dtype=object)
+    out = []
+    for request in requests:
+        if request["kind"] == "short":
+            out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
+                        "site": request["site"], "split": request["split"], "short": request["wanted"]})
+            continue
+        candidates = np.flatnonzero(pool_qids != request["qid"]) if pool else np.zeros(0, dtype=np.int64)
+        take = min(request["wanted"], len(candidates))
+        rng = np.random.default_rng([seed, _hash64("draw", request["qid"], request["group"], request["bucket"]) >> 1])
+        chosen = rng.choice(candidates, size=take, replace=False) if take else []
+        for index in sorted(chosen, key=lambda i: pool[i]["aid"]):
+            answer = pool[index]
+            out.append({"qid": request["qid"], "question": request["question"], "aid": answer["aid"],
+                        "answer": answer["answer"], "score": answer["score"], "site": request["site"],
+                        "split": request["split"], "short": 0})
+        if take < request["wanted"]:
+            out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
+                        "site": request["site"], "split": request["split"], "short": request["wanted"] - take})
+    return pa.Table.from_pylist(out, schema=NEGATIVES)
+
+
+def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
+                     partitions: int = 8):
+    """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
+    and an empty `aid` only carry shortfall counts."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    if mode not in POOL_MODES:
+        raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
+    keyed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).materialize()
+    sizes = {r["group"]: r["count()"] for r in keyed.groupby("group", num_partitions=partitions).count().take_all()}
+    sizes_ref = [ray.put(sizes)]
+    workers = ActorPoolStrategy(min_size=1, max_size=max(1, partitions // 2))
+    bucketed = keyed.map_batches(AssignBuckets, batch_format="pyarrow", compute=workers,
+                                 fn_constructor_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
+    requests = positives.groupby("qid", num_partitions=partitions).map_groups(
+        RequestNegatives, batch_format="pyarrow", compute=workers,
+        fn_constructor_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode,
+                               "bucket_size": bucket_size})
+    return bucketed.union(requests).groupby(["group", "bucket"], num_partitions=partitions).map_groups(
+        sample_bucket, batch_format="pyarrow", fn_kwargs={"seed": seed})
