@@ -3,8 +3,8 @@
 For each positive pair the paper adds real answers to *other* questions as negatives (15.7 per positive in
 its corpus). Here every candidate answer belongs to a pool group (same site and split by default; any site;
 or same site, tag and split) and, inside the group, to one of B buckets by a hash of its id, B chosen so a
-bucket holds about `bucket_size` answers. A question asks for its negatives bucket by bucket (buckets drawn
-uniformly by a generator seeded with (seed, question)); the requests and the pool meet in one shuffle keyed
+bucket holds about `bucket_size` answers. Each positive asks for its negatives bucket by bucket (buckets drawn
+uniformly by a generator seeded with (seed, answer id)); the requests and the pool meet in one shuffle keyed
 by (group, bucket), and each bucket draws, without replacement, from its answers that do not belong to the
 asking question. So:
 
@@ -12,7 +12,8 @@ asking question. So:
 - a question never gets its own answers, nor the same negative twice (buckets split a group, and a question
   draws from one group);
 - the result depends on (seed, question id, answer ids) only, not on partitioning or worker count;
-- k may be fractional (the paper's 15.71): each positive asks for floor(k) or floor(k)+1 negatives, seeded.
+- k may be fractional (the paper's 15.71): each positive asks for floor(k) or floor(k)+1 negatives, seeded;
+- only one shuffle: requests are made row by row, and group sizes are counted per batch.
 
 A bucket too small for what is asked gives all it has; the shortfall is reported.
 """
@@ -90,8 +91,13 @@ class AssignBuckets:
 
 
 class RequestNegatives:
-    """One question's positives (a group of rows with one qid) to `request` rows: how many negatives it wants
-    from which (group, bucket)."""
+    """Positive pairs to `request` rows: how many negatives each wants from which (group, bucket).
+
+    Works row by row (no shuffle): a positive's count, floor(k) or floor(k)+1, is seeded by its answer id;
+    its buckets by (seed, answer id); the pool group, which must be the same for all positives of a question
+    (tag mode), by (seed, question id). Requests of one question that land in the same bucket are merged
+    there and drawn together, without replacement.
+    """
 
     def __init__(self, sizes_ref, k: float, seed: int, mode: str, bucket_size: int):
         import ray
@@ -100,28 +106,30 @@ class RequestNegatives:
         self.sizes = ray.get(sizes) if isinstance(sizes, ray.ObjectRef) else sizes
         self.k, self.seed, self.mode, self.bucket_size = k, seed, mode, bucket_size
 
-    def wanted(self, aids: list[str]) -> int:
+    def wanted(self, aid: str) -> int:
         whole, frac = int(self.k), self.k - int(self.k)
-        extra = sum(1 for aid in aids if frac and (_hash64("k", self.seed, aid) / 2**64) < frac)
-        return whole * len(aids) + extra
+        return whole + (1 if frac and (_hash64("k", self.seed, aid) / 2**64) < frac else 0)
 
-    def __call__(self, group: pa.Table) -> pa.Table:
-        first = group.slice(0, 1).to_pylist()[0]
-        qid, site, split = first["qid"], first["site"], first["split"]
-        wanted = self.wanted(sorted(group.column("aid").to_pylist()))
-        rng = np.random.default_rng([self.seed, _hash64("negatives", qid) >> 1])
-        choices = [g for g in sorted(set(pool_groups(site, split, first["tags"], self.mode))) if self.sizes.get(g)]
-        if not choices or not wanted:
-            return pa.Table.from_pylist([{"kind": "short", "group": "", "bucket": -1, "qid": qid, "aid": "",
-                                          "question": "", "answer": "", "score": 0, "wanted": wanted, "site": site,
-                                          "split": split}], schema=REQUESTS)
-        pool_group = choices[int(rng.integers(len(choices)))]  # one group per question: no repeats across groups
-        buckets = buckets_for(self.sizes[pool_group], self.bucket_size)
-        counts = np.bincount(rng.integers(0, buckets, size=wanted), minlength=buckets)
-        return pa.Table.from_pylist(
-            [{"kind": "request", "group": pool_group, "bucket": int(b), "qid": qid, "aid": "",
-              "question": first["question"], "answer": "", "score": 0, "wanted": int(n), "site": site,
-              "split": split} for b, n in enumerate(counts) if n], schema=REQUESTS)
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for row in batch.select(["qid", "aid", "question", "site", "split", "tags"]).to_pylist():
+            qid, site, split = row["qid"], row["site"], row["split"]
+            wanted = self.wanted(row["aid"])
+            choices = [g for g in sorted(set(pool_groups(site, split, row["tags"], self.mode))) if self.sizes.get(g)]
+            if not choices or not wanted:
+                if wanted:
+                    out.append({"kind": "short", "group": "", "bucket": -1, "qid": qid, "aid": "", "question": "",
+                                "answer": "", "score": 0, "wanted": wanted, "site": site, "split": split})
+                continue
+            group_rng = np.random.default_rng([self.seed, _hash64("group", qid) >> 1])
+            pool_group = choices[int(group_rng.integers(len(choices)))]  # one group per question
+            buckets = buckets_for(self.sizes[pool_group], self.bucket_size)
+            rng = np.random.default_rng([self.seed, _hash64("buckets", row["aid"]) >> 1])
+            counts = np.bincount(rng.integers(0, buckets, size=wanted), minlength=buckets)
+            out.extend({"kind": "request", "group": pool_group, "bucket": int(b), "qid": qid, "aid": "",
+                        "question": row["question"], "answer": "", "score": 0, "wanted": int(n), "site": site,
+                        "split": split} for b, n in enumerate(counts) if n)
+        return pa.Table.from_pylist(out, schema=REQUESTS)
 
 
 def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
@@ -129,7 +137,15 @@ def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
     kinds = group.column("kind").to_pylist()
     rows = group.to_pylist()
     pool = sorted((r for r, k in zip(rows, kinds) if k == "pool"), key=lambda r: r["aid"])
-    requests = sorted((r for r, k in zip(rows, kinds) if k != "pool"), key=lambda r: r["qid"])
+    merged: dict[tuple[str, str], dict] = {}
+    for r, k in zip(rows, kinds):
+        if k != "pool":
+            key = (r["kind"], r["qid"])
+            if key in merged:
+                merged[key]["wanted"] += r["wanted"]
+            else:
+                merged[key] = dict(r)
+    requests = [merged[key] for key in sorted(merged, key=lambda kq: (kq[1], kq[0]))]
     pool_qids = np.asarray([r["qid"] for r in pool], dtype=object)
     out = []
     for request in requests:
@@ -152,22 +168,36 @@ def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
     return pa.Table.from_pylist(out, schema=NEGATIVES)
 
 
+def count_pool_groups(pool, mode: str) -> dict[str, int]:
+    """Answers per pool group, counted per batch and summed on the driver (no shuffle)."""
+    def count(batch: pa.Table) -> pa.Table:
+        counts: dict[str, int] = {}
+        for site, split, tags in zip(*(batch.column(c).to_pylist() for c in ("site", "split", "tags"))):
+            for group in pool_groups(site, split, tags, mode):
+                counts[group] = counts.get(group, 0) + 1
+        return pa.table({"group": list(counts), "count": list(counts.values())})
+
+    sizes: dict[str, int] = {}
+    for row in pool.map_batches(count, batch_format="pyarrow").take_all():
+        sizes[row["group"]] = sizes.get(row["group"], 0) + row["count"]
+    return sizes
+
+
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
                      partitions: int = 8):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
-    and an empty `aid` only carry shortfall counts."""
+    and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket)."""
     import ray
     from ray.data import ActorPoolStrategy
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-    keyed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).materialize()
-    sizes = {r["group"]: r["count()"] for r in keyed.groupby("group", num_partitions=partitions).count().take_all()}
-    sizes_ref = [ray.put(sizes)]
+    sizes_ref = [ray.put(count_pool_groups(pool, mode))]
     workers = ActorPoolStrategy(min_size=1, max_size=max(1, partitions // 2))
-    bucketed = keyed.map_batches(AssignBuckets, batch_format="pyarrow", compute=workers,
-                                 fn_constructor_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
-    requests = positives.groupby("qid", num_partitions=partitions).map_groups(
+    bucketed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).map_batches(
+        AssignBuckets, batch_format="pyarrow", compute=workers,
+        fn_constructor_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
+    requests = positives.map_batches(
         RequestNegatives, batch_format="pyarrow", compute=workers,
         fn_constructor_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode,
                                "bucket_size": bucket_size})

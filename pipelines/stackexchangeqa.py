@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -31,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
-from pipelines.datacard import length_histogram, write_card
+from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
@@ -332,74 +333,133 @@ def _cpus() -> int:
     return int(ray.cluster_resources().get("CPU", 1))
 
 
-def funnel(threads) -> dict:
-    """Count posts by role and status; every post is counted once."""
-    # Few groups: one shuffle partition per CPU, not Ray's default 200 (seconds of overhead each).
-    from ray.data.expressions import col
+def _count_threads(batch: pa.Table) -> pa.Table:
+    """Every count the funnel and the data card need from one batch of thread rows, as one JSON row: the
+    funnel is then one pass over the data with no shuffle (a groupby per figure costs seconds each)."""
+    counts: dict[str, int] = {}
 
-    counts = threads.groupby(["site", "role", "status"], num_partitions=_cpus()).count().take_all()
+    def add(key: str, n: int = 1) -> None:
+        counts[key] = counts.get(key, 0) + n
+
+    rows = batch.select(["site", "role", "status", "split", "lang_by", "detail", "licence", "question",
+                         "answer"]).to_pylist()
+    for r in rows:
+        add(f"status\x1f{r['site']}\x1f{r['role']}\x1f{r['status']}")
+        if r["lang_by"] != "none":
+            add(f"lang\x1f{r['lang_by'] or 'no_text'}")
+        if r["status"].endswith("overlaps_test_set"):
+            for name in (r["detail"] or "").split(","):
+                add(f"overlap\x1f{name}\x1f{r['role']}")
+        if r["status"] in (KEPT_QUESTION, POSITIVE):
+            add(f"licence\x1f{r['licence'] or 'unknown'}")
+            text = r["question"] if r["role"] == "question" else r["answer"]
+            add(f"length\x1f{r['role']}\x1f{_length_label(len(text.split()))}")
+        if r["status"] == KEPT_QUESTION:
+            add(f"questions\x1f{r['split']}")
+    return pa.table({"counts": [json.dumps(counts)]})
+
+
+def _length_label(words: int) -> str:
+    for label, (lo, hi) in zip(_LENGTH_LABELS, zip(LENGTH_BINS, list(LENGTH_BINS[1:]) + [float("inf")])):
+        if lo <= words < hi:
+            return label
+    return _LENGTH_LABELS[-1]
+
+
+def funnel(threads) -> dict:
+    """Count posts by role and status (every post once), per site, by language model, test-set overlap,
+    licence, length and split, in one pass."""
+    totals: dict[str, int] = {}
+    for row in threads.map_batches(_count_threads, batch_format="pyarrow").take_all():
+        for key, n in json.loads(row["counts"]).items():
+            totals[key] = totals.get(key, 0) + n
     by_status: dict[tuple[str, str], int] = {}
     per_site: dict[str, dict[str, int]] = {}
-    for row in counts:
-        key = (row["role"], row["status"])
-        by_status[key] = by_status.get(key, 0) + row["count()"]
-        if row["role"] in ("question", "answer"):
-            site = per_site.setdefault(row["site"], {"questions": 0, "questions_kept": 0, "answers": 0,
-                                                     "positives": 0})
-            site[row["role"] + "s"] += row["count()"]
-            if key == ("question", KEPT_QUESTION):
-                site["questions_kept"] += row["count()"]
-            if key == ("answer", POSITIVE):
-                site["positives"] += row["count()"]
-    lang = threads.groupby("lang_by", num_partitions=_cpus()).count().take_all()
-    overlapping = threads.filter(expr=col("status").is_in(["question_overlaps_test_set", "answer_overlaps_test_set"]))
-    overlap: dict[str, dict[str, int]] = {}
-    for row in overlapping.select_columns(["role", "detail"]).take_all():
-        for name in row["detail"].split(","):
-            overlap.setdefault(name, {"question": 0, "answer": 0})[row["role"]] += 1
+    lang, overlap, licences, questions_per_split = {}, {}, {}, {}
+    lengths = {role: dict.fromkeys(_LENGTH_LABELS, 0) for role in ("question", "answer")}
+    for key, n in sorted(totals.items()):
+        kind, *parts = key.split("\x1f")
+        if kind == "status":
+            site, role, status = parts
+            by_status[(role, status)] = by_status.get((role, status), 0) + n
+            if role in ("question", "answer"):
+                entry = per_site.setdefault(site, {"questions": 0, "questions_kept": 0, "answers": 0,
+                                                   "positives": 0})
+                entry[role + "s"] += n
+                entry["questions_kept"] += n if (role, status) == ("question", KEPT_QUESTION) else 0
+                entry["positives"] += n if (role, status) == ("answer", POSITIVE) else 0
+        elif kind == "lang":
+            lang[parts[0]] = n
+        elif kind == "overlap":
+            overlap.setdefault(parts[0], {"question": 0, "answer": 0})[parts[1]] += n
+        elif kind == "licence":
+            licences[parts[0]] = n
+        elif kind == "length":
+            lengths[parts[0]][parts[1]] = n
+        elif kind == "questions":
+            questions_per_split[parts[0]] = n
 
     def section(role: str, kept: str | None) -> dict:
         total = sum(n for (r, _), n in by_status.items() if r == role)
         dropped = {s: n for (r, s), n in sorted(by_status.items()) if r == role and s != kept}
         return {"in": total, "dropped": dropped, "kept": by_status.get((role, kept), 0) if kept else 0}
 
-    result = {
+    return {
         "posts_in": sum(n for (role, _), n in by_status.items() if role != "failure"),
         "fetch_failures": by_status.get(("failure", "fetch_failed"), 0),
         "questions": section("question", KEPT_QUESTION),
         "answers": section("answer", POSITIVE),
         "other_posts": section("other", None),
-        "language_decided_by": {row["lang_by"] or "no_text": row["count()"] for row in lang if row["lang_by"] != "none"},
+        "language_decided_by": lang,
         "test_set_overlap": overlap,
-        "per_site": dict(sorted(per_site.items())),
+        "per_site": per_site,
+        "lengths": lengths,
+        "licences": licences,
+        "questions_per_split": questions_per_split,
         "drop_reasons": DROP_REASONS,
     }
-    return result
+
+
+class _Stages:
+    """Times each stage, logs it to stderr with its row rate, and keeps the timings for stats.json."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.last = time.time()
+
+    def done(self, name: str, rows: int | None = None, unit: str = "rows") -> None:
+        now = time.time()
+        took = now - self.last
+        self.seconds[name] = round(took, 2)
+        rate = f" ({rows / took:,.0f} {unit}/s)" if rows and took > 0 else ""
+        counted = f": {rows:,} {unit}" if rows is not None else ""
+        print(f"[build] {name}{counted} in {took:.1f} s{rate}", file=sys.stderr, flush=True)
+        self.last = now
 
 
 def build(cfg: BuildConfig):
     """The pairs dataset (QA_PAIRS columns plus `split`) and the post funnel."""
     from ray.data.expressions import col
 
+    stages = _Stages()
     threads = threads_dataset(cfg).materialize()
+    stages.done("read, text, language, dedup, threads", threads.count(), "posts")
     stats = funnel(threads)
+    stages.done("funnel")
     failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
     stats["failures"] = [{"url": r["origin"], "reason": r["detail"]} for r in failed]
     if stats["posts_in"] == 0:
         sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
         hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['detail']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
-    kept = threads.filter(expr=col("status").is_in([KEPT_QUESTION, POSITIVE]))
-    histograms = kept.map_batches(_length_histograms, batch_format="pyarrow").take_all()
-    stats["lengths"] = {role: {label: sum(h[f"{role}|{label}"] for h in histograms) for label in _LENGTH_LABELS}
-                        for role in ("question", "answer")}
-    stats["licences"] = {r["licence"] or "unknown": r["count()"] for r in
-                         kept.groupby("licence", num_partitions=_cpus()).count().take_all()}
     pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
     positives = threads.filter(expr=col("status") == POSITIVE).materialize()
     negatives = sample_negatives(pool, positives, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
                                  bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg)).materialize()
-    stats["negatives_short"] = int(negatives.sum("short") or 0) if negatives.count() else 0
+    stats["negatives_short"] = sum(r["short"] for r in negatives.map_batches(
+        lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
+    stages.done("negatives", negatives.count())
+    stats["stage_seconds"] = stages.seconds
     pairs = positives.map_batches(_positive_pairs, batch_format="pyarrow").union(
         negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
     return pairs, stats
@@ -407,18 +467,6 @@ def build(cfg: BuildConfig):
 
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
 _LENGTH_LABELS = list(length_histogram([]).keys())
-
-
-def _length_histograms(batch: pa.Table) -> pa.Table:
-    """One row per batch: word-length histograms of its questions and answers (summed on the driver)."""
-    roles = batch.column("role").to_pylist()
-    texts = [q if role == "question" else a for role, q, a in
-             zip(roles, batch.column("question").to_pylist(), batch.column("answer").to_pylist())]
-    row = {}
-    for role in ("question", "answer"):
-        hist = length_histogram(len(t.split()) for r, t in zip(roles, texts) if r == role)
-        row.update({f"{role}|{label}": [n] for label, n in hist.items()})
-    return pa.table(row)
 
 
 def _positive_pairs(batch: pa.Table) -> pa.Table:
@@ -443,20 +491,27 @@ def _conform_pairs(batch: pa.Table) -> pa.Table:
     return table.append_column("split", batch.column("split"))
 
 
-def _split_counts(pairs) -> dict:
-    from ray.data.aggregate import Count, Sum
+def _count_pairs(batch: pa.Table) -> pa.Table:
+    splits = batch.column("split").to_pylist()
+    labels = batch.column("label").to_pylist()
+    counts: dict[str, int] = {}
+    for split, label in zip(splits, labels):
+        key = f"{split}\x1f{label}"
+        counts[key] = counts.get(key, 0) + 1
+    return pa.table({"counts": [json.dumps(counts)]})
 
-    rows = {r["split"]: r for r in pairs.groupby("split", num_partitions=_cpus()).aggregate(Count(), Sum("label", alias_name="positive"))
-            .take_all()}
-    questions = {r["split"]: r["count()"] for r in pairs.groupby(["split", "qid"], num_partitions=_cpus()).count()
-                 .groupby("split", num_partitions=_cpus()).count()
-                 .take_all()}
+
+def _split_counts(pairs, questions_per_split: dict) -> dict:
+    """Rows, positives and negatives per split in one pass; questions per split from the funnel."""
+    totals: dict[str, int] = {}
+    for row in pairs.map_batches(_count_pairs, batch_format="pyarrow").take_all():
+        for key, n in json.loads(row["counts"]).items():
+            totals[key] = totals.get(key, 0) + n
     result = {}
     for split in SPLITS:
-        n = rows.get(split, {}).get("count()", 0)
-        positive = int(rows.get(split, {}).get("positive", 0) or 0)
-        result[split] = {"questions": questions.get(split, 0), "rows": n, "positive": positive,
-                         "negative": n - positive}
+        positive, negative = totals.get(f"{split}\x1f1", 0), totals.get(f"{split}\x1f0", 0)
+        result[split] = {"questions": questions_per_split.get(split, 0), "rows": positive + negative,
+                         "positive": positive, "negative": negative}
     return result
 
 
@@ -470,8 +525,10 @@ def write(cfg: BuildConfig) -> dict:
     started = time.time()
     with staged_dir(cfg.output) as staging:
         pairs, stats = build(cfg)
+        stages = _Stages()
         pairs = pairs.materialize()
-        splits = _split_counts(pairs)
+        splits = _split_counts(pairs, stats.pop("questions_per_split"))
+        stages.done("pairs", sum(s["rows"] for s in splits.values()))
         written = pairs.map_batches(_conform_pairs, batch_format="pyarrow")
         written.write_parquet(staging, partition_cols=["split"], min_rows_per_file=cfg.rows_per_shard,
                               compression="zstd")
@@ -480,6 +537,8 @@ def write(cfg: BuildConfig) -> dict:
             target = os.path.join(staging, split)
             os.rename(hive, target) if os.path.isdir(hive) else os.makedirs(target)
             splits[split]["shards"] = len([f for f in os.listdir(target) if f.endswith(".parquet")])
+        stages.done("parquet shards")
+        stats["stage_seconds"].update(stages.seconds)
         positive = sum(s["positive"] for s in splits.values())
         negative = sum(s["negative"] for s in splits.values())
         stats["pairs"] = {"positive": positive, "negative": negative, "total": positive + negative,
