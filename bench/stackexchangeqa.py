@@ -14,7 +14,8 @@ answers, accepted-answer links and parents all renumbered), written as plain Pos
   ASCII-only test, one unseeded negative per positive. (A regex is faster than the BeautifulSoup the released
   code may use, so the ratio is if anything flattering to the baseline.)
 
-Both build one negative per positive so they do the same work. Memory is the peak, over 0.5 s samples, of the
+Both build one negative per positive so they do the same work; our near-duplicate stage is off by default
+(`--dedup near` measures it too: a resampled dump is duplicates by construction). Memory is the peak, over 0.5 s samples, of the
 summed proportional set size (PSS, shared pages split between processes) of the process and all its children
 (Ray's raylet, object store and workers). Prints a table; the last line is one JSON object with
 `posts_per_s_per_core`, `peak_rss_mb` per size and `speedup_vs_baseline` (also written to --json).
@@ -179,7 +180,7 @@ def run_baseline(path: str, out_dir: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- ours
-def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, queue) -> None:
+def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, queue) -> None:
     import logging
 
     import ray
@@ -192,17 +193,19 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, queu
                  object_store_memory=int(object_store_gb * 2**30))
         DataContext.get_current().enable_progress_bars = False
         started = time.perf_counter()
-        stats = write(BuildConfig(dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1))
+        stats = write(BuildConfig(dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1,
+                                  dedup=dedup))
         seconds = time.perf_counter() - started
         ray.shutdown()
     queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "pairs": stats["pairs"]["total"],
-               "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0)})
+               "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
+               "stage_seconds": stats["stage_seconds"]})
 
 
-def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float) -> dict:
+def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str) -> dict:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    child = ctx.Process(target=_ours_child, args=(path, out_dir, cpus, object_store_gb, queue))
+    child = ctx.Process(target=_ours_child, args=(path, out_dir, cpus, object_store_gb, dedup, queue))
     child.start()
     child.join()
     if child.exitcode != 0:
@@ -218,12 +221,15 @@ def main(argv=None) -> int:
     p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 2, help="CPUs for our Ray build")
     p.add_argument("--object-store-gb", type=float, default=2.0, help="Ray object store cap (spills beyond it)")
     p.add_argument("--no-baseline", action="store_true", help="skip the baseline")
+    p.add_argument("--dedup", choices=("off", "exact", "near"), default="off",
+                   help="our near-duplicate stage; off by default because the baseline has none and a resampled "
+                        "dump is duplicates by construction (with near, almost every copy is removed)")
     p.add_argument("--workdir", default=None, help="where dumps and outputs go (default: a temporary folder)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "stackexchangeqa.json"))
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sorted({min(100_000, args.posts), args.posts})
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": args.num_cpus,
-                           "object_store_gb": args.object_store_gb}, "sizes": {}}
+                           "object_store_gb": args.object_store_gb}, "dedup": args.dedup, "sizes": {}}
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         for size in sizes:
             dump = os.path.join(work, f"Posts-{size}.xml")
@@ -232,7 +238,7 @@ def main(argv=None) -> int:
             mb = os.path.getsize(dump) / 2**20
             print(f"generated {n:,} posts ({mb:,.0f} MB of XML) in {time.perf_counter() - started:.0f} s",
                   flush=True)
-            ours = run_ours(dump, os.path.join(work, f"ours-{size}"), args.num_cpus, args.object_store_gb)
+            ours = run_ours(dump, os.path.join(work, f"ours-{size}"), args.num_cpus, args.object_store_gb, args.dedup)
             entry = {"posts": n, "xml_mb": round(mb, 1), "ours": ours,
                      "ours_posts_per_s_per_core": n / ours["seconds"] / args.num_cpus}
             print(f"  ours     {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "

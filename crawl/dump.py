@@ -252,4 +252,6 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
         def get_name(self):
             return "StackExchangeDump"
 
-    return ray.data.read_datasource(_Source(), override_num_blocks=len(paths))
+    # Half a CPU per reading task and its own operator: Ray would otherwise fuse the next stages into the
+    # read, and one big Posts.xml (one task) would be cleaned and language-identified on one core.
+    return ray.data.read_datasource(_Source(), override_num_blocks=len(paths), num_cpus=0.5)

@@ -5,17 +5,21 @@ and sample real answers to other questions as negatives (the paper: 628,706 posi
 pairs, about 15.7 negatives per positive).
 
 Stages, each a Ray Data operation:
-  1. read posts from dump files, one streaming task per file (`crawl.dump.posts_dataset`);
-  2. HTML bodies to text (`clean_text`, a function over a batch);
-  3. language ID on every question and answer (`LanguageIdentifier`, a class: it loads a model);
+  1. posts from dump files (one streaming task per file, `crawl.dump.posts_dataset`), the API or pages
+     (`crawl.sources.crawled_posts`), all in the POSTS shape;
+  2. per post, in one actor pool (`PostAnalysis`): HTML to text (`clean_text`), language ID
+     (`LanguageIdentifier`), overlap with evaluation test sets (`pipelines.overlap`, when configured);
+  3. duplicate answers found across the corpus (`pipelines.dedup`, MinHash LSH) and sent to their threads
+     as marker rows;
   4. threads assembled by question (`groupby(...).map_groups(assemble_thread)`): every post gets a `status`,
      either kept ("question", "positive") or the reason it was dropped, and its question's split;
-  5. negatives sampled per question from the answers of other questions in the same pool group (site and
+  5. negatives sampled for each positive from the answers of other questions in the same pool group (site and
      split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
      partitioning.
 
-`build(cfg)` returns the pairs dataset and the funnel; `write(cfg)` writes shards atomically. The funnel
-counts every post exactly once, so its parts add up to the posts read.
+`build(cfg)` returns the pairs dataset and the funnel; `write(cfg)` writes shards, `stats.json`,
+`failures.jsonl` and the data card atomically. The funnel counts every post exactly once, so its parts add
+up to the posts read.
 """
 from __future__ import annotations
 
@@ -134,6 +138,24 @@ def clean_text(batch: pa.Table, keep_code: bool = True) -> pa.Table:
         texts.append(f"{title}\n{body_text}".strip() if title else body_text)
     batch = batch.drop_columns(["body"])
     return batch.append_column("text", pa.array(texts, pa.string()))
+
+
+class PostAnalysis:
+    """Per-post stages in one actor: HTML to text, language ID, test-set overlap (when configured) and the
+    thread key. A class because it loads fastText (and the test-set index) once per worker."""
+
+    def __init__(self, keep_code: bool = True, unsure_below: float = 0.5, index_ref=None, overlap_ngram: int = 13):
+        from pipelines.overlap import OverlapFilter
+
+        self.keep_code = keep_code
+        self.language = LanguageIdentifier(unsure_below=unsure_below)
+        self.overlap = OverlapFilter(index_ref, overlap_ngram) if index_ref else None
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        batch = self.language(clean_text(batch, keep_code=self.keep_code))
+        if self.overlap is not None:
+            batch = self.overlap(batch)
+        return _thread_key(batch)
 
 
 def _thread_key(batch: pa.Table) -> pa.Table:
@@ -284,20 +306,21 @@ def threads_dataset(cfg: BuildConfig):
     from ray.data.expressions import col
 
     posts = source_posts(cfg)
-    posts = posts.map_batches(clean_text, batch_format="pyarrow", fn_kwargs={"keep_code": cfg.keep_code})
-    posts = posts.map_batches(LanguageIdentifier, batch_format="pyarrow",
-                              compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
-                              fn_constructor_kwargs={"unsure_below": cfg.fasttext_threshold})
+    index_ref = None
     if cfg.exclude_test_sets:
         import ray
 
-        from pipelines.overlap import OverlapFilter, reference_index
+        from pipelines.overlap import reference_index
 
         index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
-        posts = posts.map_batches(OverlapFilter, batch_format="pyarrow",
-                                  compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
-                                  fn_constructor_kwargs={"index_ref": index_ref, "n": cfg.overlap_ngram})
-    posts = posts.map_batches(_thread_key, batch_format="pyarrow")
+    # One actor pool for every per-post step (text, language, test-set overlap, thread key), at half a CPU
+    # each beside the half-CPU readers: separate pools would each hold CPUs for the whole stream, and on a
+    # small machine leave none for the reader (a deadlock, seen on 2 CPUs).
+    posts = posts.map_batches(PostAnalysis, batch_format="pyarrow", num_cpus=0.5,
+                              compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
+                              fn_constructor_kwargs={"keep_code": cfg.keep_code,
+                                                     "unsure_below": cfg.fasttext_threshold,
+                                                     "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram})
     if cfg.dedup != "off":
         posts = posts.materialize()  # read twice: for the duplicate search and for the threads
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
