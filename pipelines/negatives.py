@@ -146,17 +146,28 @@ def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
             else:
                 merged[key] = dict(r)
     requests = [merged[key] for key in sorted(merged, key=lambda kq: (kq[1], kq[0]))]
-    pool_qids = np.asarray([r["qid"] for r in pool], dtype=object)
+    pool_qids = [r["qid"] for r in pool]
+    own_answers: dict[str, int] = {}
+    for qid in pool_qids:
+        own_answers[qid] = own_answers.get(qid, 0) + 1
     out = []
     for request in requests:
         if request["kind"] == "short":
             out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
                         "site": request["site"], "split": request["split"], "short": request["wanted"]})
             continue
-        candidates = np.flatnonzero(pool_qids != request["qid"]) if pool else np.zeros(0, dtype=np.int64)
-        take = min(request["wanted"], len(candidates))
-        rng = np.random.default_rng([seed, _hash64("draw", request["qid"], request["group"], request["bucket"]) >> 1])
-        chosen = rng.choice(candidates, size=take, replace=False) if take else []
+        qid, wanted = request["qid"], request["wanted"]
+        own = own_answers.get(qid, 0)
+        take = min(wanted, len(pool) - own)
+        rng = np.random.default_rng([seed, _hash64("draw", qid, request["group"], request["bucket"]) >> 1])
+        if take <= 0:
+            chosen = []
+        elif own == 0:
+            chosen = rng.choice(len(pool), size=take, replace=False)
+        else:
+            # Draw a few more than needed and drop the question's own answers: O(wanted), not O(pool).
+            drawn = rng.choice(len(pool), size=min(len(pool), take + own), replace=False)
+            chosen = [i for i in drawn if pool_qids[i] != qid][:take]
         for index in sorted(chosen, key=lambda i: pool[i]["aid"]):
             answer = pool[index]
             out.append({"qid": request["qid"], "question": request["question"], "aid": answer["aid"],

@@ -314,8 +314,8 @@ def threads_dataset(cfg: BuildConfig):
 
         index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
     # One actor pool for every per-post step (text, language, test-set overlap, thread key), at half a CPU
-    # each beside the half-CPU readers: separate pools would each hold CPUs for the whole stream, and on a
-    # small machine leave none for the reader (a deadlock, seen on 2 CPUs).
+    # each, fused with the half-CPU readers: separate pools would each hold CPUs for the whole stream, and on
+    # a small machine leave none for the reader (a deadlock, seen on 2 CPUs).
     posts = posts.map_batches(PostAnalysis, batch_format="pyarrow", num_cpus=0.5,
                               compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
                               fn_constructor_kwargs={"keep_code": cfg.keep_code,
