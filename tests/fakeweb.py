@@ -62,6 +62,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 start = int(wanted[len("bytes="):-1])
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
                 body, status = body[start:], 206
+        if not reply.truncate:
+            # Recorded before the body goes out: a client that has read its response must see it here.
+            with server.lock:
+                server.requests.append(self.path)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
@@ -76,9 +80,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
         if reply.truncate:
             self.close_connection = True
-            return
-        with server.lock:
-            server.requests.append(self.path)
 
     def log_message(self, *args):
         pass
