@@ -99,22 +99,29 @@ class PeakMemory:
 
         self.process = psutil.Process()
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self.at_peak: dict[str, float] = {}  # MB by process name when the peak was seen
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
         import psutil
 
-        total = 0
+        total, by_name = 0, {}
         for proc in [self.process] + self.process.children(recursive=True):
             try:
-                total += proc.memory_full_info().pss
+                pss = proc.memory_full_info().pss
+                name = "driver" if proc.pid == self.process.pid else (proc.name() or "?")
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
+                continue
+            total += pss
+            by_name[name] = by_name.get(name, 0) + pss
+        if total > self.peak:
+            self.peak = total
+            self.at_peak = {k: round(v / 2**20) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]}
         return total
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
+            self._sample()
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -124,7 +131,7 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self.thread.join()
-        self.peak = max(self.peak, self._sample())
+        self._sample()
 
 
 # ---------------------------------------------------------------------------------------------- baseline
@@ -197,7 +204,8 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
                                   dedup=dedup))
         seconds = time.perf_counter() - started
         ray.shutdown()
-    queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "pairs": stats["pairs"]["total"],
+    queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_by_process_mb": memory.at_peak,
+               "pairs": stats["pairs"]["total"],
                "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
                "stage_seconds": stats["stage_seconds"]})
 
@@ -230,6 +238,8 @@ def main(argv=None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sorted({min(100_000, args.posts), args.posts})
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": args.num_cpus,
                            "object_store_gb": args.object_store_gb}, "dedup": args.dedup, "sizes": {}}
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         for size in sizes:
             dump = os.path.join(work, f"Posts-{size}.xml")
@@ -243,6 +253,8 @@ def main(argv=None) -> int:
                      "ours_posts_per_s_per_core": n / ours["seconds"] / args.num_cpus}
             print(f"  ours     {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
                   f"peak {ours['peak_mb']:8,.0f} MB", flush=True)
+            print(f"           at the peak (MB): {ours['peak_by_process_mb']}", flush=True)
+            print(f"           stages (s): {ours['stage_seconds']}", flush=True)
             if not args.no_baseline:
                 os.makedirs(os.path.join(work, f"base-{size}"), exist_ok=True)
                 base = run_baseline(dump, os.path.join(work, f"base-{size}"))

@@ -141,14 +141,37 @@ def _iter_archive(path: str, site: str) -> Iterator[dict]:
             raise DumpError(str(err).replace(xml, f"{path}:Posts.xml")) from err
 
 
-def _int(attrs, name: str, default: int, path: str, line: int) -> int:
+def _int(attrs, name: str, default: int, path: str, where: str) -> int:
     value = attrs.get(name)
     if value is None or value == "":
         return default
     try:
         return int(value)
     except ValueError:
-        raise DumpError(f"{path}: line {line}: attribute {name}={value!r} is not an integer") from None
+        raise DumpError(f"{path}: {where}: attribute {name}={value!r} is not an integer") from None
+
+
+def _post(attrs, site: str, path: str, line: int, where: str) -> dict:
+    """One `<row>`'s attributes as a POSTS row; `where` ("line 12", "byte 4096") places errors."""
+    post_id = _int(attrs, "Id", -1, path, where)
+    if post_id < 0:
+        raise DumpError(f"{path}: {where}: row without an Id attribute")
+    return {
+        "site": site,
+        "id": post_id,
+        "post_type": _int(attrs, "PostTypeId", 0, path, where),
+        "parent_id": _int(attrs, "ParentId", -1, path, where),
+        "accepted_answer_id": _int(attrs, "AcceptedAnswerId", -1, path, where),
+        "score": _int(attrs, "Score", 0, path, where),
+        "title": attrs.get("Title", ""),
+        "body": attrs.get("Body", ""),
+        "tags": parse_tags(attrs.get("Tags")),
+        "creation_date": attrs.get("CreationDate", ""),
+        "line": line,
+        "origin": path,
+        "licence": licence_for(attrs.get("CreationDate", ""), attrs.get("ContentLicense")),
+        "failure": "",
+    }
 
 
 def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
@@ -174,26 +197,7 @@ def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
                 continue
             line = elem.sourceline or last_line
             last_line = line
-            attrs = elem.attrib
-            post_id = _int(attrs, "Id", -1, path, line)
-            if post_id < 0:
-                raise DumpError(f"{path}: line {line}: row without an Id attribute")
-            yield {
-                "site": site,
-                "id": post_id,
-                "post_type": _int(attrs, "PostTypeId", 0, path, line),
-                "parent_id": _int(attrs, "ParentId", -1, path, line),
-                "accepted_answer_id": _int(attrs, "AcceptedAnswerId", -1, path, line),
-                "score": _int(attrs, "Score", 0, path, line),
-                "title": attrs.get("Title", ""),
-                "body": attrs.get("Body", ""),
-                "tags": parse_tags(attrs.get("Tags")),
-                "creation_date": attrs.get("CreationDate", ""),
-                "line": line,
-                "origin": path,
-                "licence": licence_for(attrs.get("CreationDate", ""), attrs.get("ContentLicense")),
-                "failure": "",
-            }
+            yield _post(elem.attrib, site, path, line, f"line {line}")
             # Free the row and everything parsed before it: memory stays flat over any file size.
             elem.clear(keep_tail=True)
             parent = elem.getparent()
@@ -225,8 +229,95 @@ def iter_post_tables(path: str, site: str | None = None, rows_per_table: int = 4
         yield pa.Table.from_pylist(batch, schema=POSTS)
 
 
-def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_per_block: int = 4096):
-    """A `ray.data.Dataset` of POSTS rows read from `paths`, each file streamed by its own task."""
+# Official dumps write one `<row .../>` per line (newlines inside bodies are escaped as `&#xA;`), so a plain
+# Posts.xml can be cut at line starts and its pieces parsed in parallel: one site's file (Stack Overflow's is
+# about 100 GB) need not be read by one core. gzip and 7z streams cannot be cut and are read whole.
+_PROBE_BYTES = 1 << 20
+
+
+def line_per_row(path: str) -> bool:
+    """True when `path` is a plain (uncompressed) Posts.xml laid out one row per line, as official dumps are:
+    its head opens `<posts>`, every row line in the first megabyte is a whole `<row .../>` element, and the
+    file ends with `</posts>`. Anything else is read by one streaming parser, which handles any layout."""
+    path = resolve_dump(path)
+    if path.endswith(".7z"):
+        return False
+    with open(path, "rb") as f:
+        head = f.read(_PROBE_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            return False
+        f.seek(max(0, os.path.getsize(path) - 64))
+        tail = f.read()
+    if not tail.rstrip().endswith(b"</posts>"):
+        return False
+    lines = head.split(b"\n")
+    if len(head) == _PROBE_BYTES:
+        lines = lines[:-1]  # the last line may be cut by the probe
+    rows = [line.strip() for line in lines if b"<row" in line]
+    root = re.search(rb"<(?!\?)(?!!)([A-Za-z_][\w.-]*)", head)
+    return bool(rows) and root is not None and root.group(1) == b"posts" and all(
+        row.startswith(b"<row") and row.endswith(b"/>") for row in rows)
+
+
+def byte_ranges(path: str, range_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of about `range_bytes` covering the file; a range owns the lines that start in it."""
+    size = os.path.getsize(path)
+    count = max(1, -(-size // max(1, range_bytes)))
+    step = -(-size // count)
+    return [(i * step, min(size, (i + 1) * step)) for i in range(count)]
+
+
+def iter_posts_range(path: str, start: int, end: int, site: str | None = None) -> Iterator[dict]:
+    """The posts on the lines of a line-per-row Posts.xml (see `line_per_row`) that start in [start, end).
+
+    `line` is -1 (counting lines before `start` would mean reading them); errors name the byte offset.
+    """
+    site = site_host(site) if site else site_name(path)
+    parser = etree.XMLParser(huge_tree=True, resolve_entities=False)
+    with open(path, "rb") as f:
+        f.seek(start)
+        offset = start
+        if start > 0:
+            f.seek(start - 1)
+            offset = start - 1 + len(f.readline())  # the line under way at `start` belongs to the range before
+        while offset < end:
+            line = f.readline()
+            if not line:
+                break
+            where = offset
+            offset += len(line)
+            stripped = line.strip()
+            if not stripped.startswith(b"<row"):
+                continue  # the XML declaration, <posts>, </posts>, blank lines
+            try:
+                elem = etree.fromstring(stripped, parser)
+            except etree.XMLSyntaxError as err:
+                raise DumpError(f"{path}: byte {where}: malformed XML: {err.msg}") from err
+            yield _post(elem.attrib, site, path, -1, f"byte {where}")
+
+
+def iter_post_range_tables(path: str, start: int, end: int, site: str | None = None,
+                           rows_per_table: int = 4096) -> Iterator[pa.Table]:
+    batch: list[dict] = []
+    for post in iter_posts_range(path, start, end, site):
+        batch.append(post)
+        if len(batch) >= rows_per_table:
+            yield pa.Table.from_pylist(batch, schema=POSTS)
+            batch = []
+    if batch:
+        yield pa.Table.from_pylist(batch, schema=POSTS)
+
+
+
+def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_per_block: int = 4096,
+                  max_range_bytes: int = 64 << 20, min_range_bytes: int = 8 << 20, pieces_wanted: int | None = None):
+    """A `ray.data.Dataset` of POSTS rows read from `paths`.
+
+    A plain, line-per-row Posts.xml is cut into byte ranges read by parallel tasks: at most `max_range_bytes`
+    each, and at least `pieces_wanted` (default: twice the cluster's CPUs) while they stay above
+    `min_range_bytes`. Other files (gzip, 7z, unusual layouts) are streamed whole by one task each.
+    """
+    import ray
     import ray.data
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
@@ -235,6 +326,21 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
     paths = [resolve_dump(p) for p in paths]
     for path in paths:  # fail on the driver, before any task starts, for the common mistakes
         check_readable(path)
+    if pieces_wanted is None:
+        pieces_wanted = 2 * int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 2
+    pieces: list[tuple[str, str | None, int, int | None]] = []  # path, site, start, end (None: whole file)
+    for path, site in zip(paths, sites):
+        size = os.path.getsize(path)
+        if size <= min_range_bytes or not line_per_row(path):
+            pieces.append((path, site, 0, None))
+            continue
+        count = max(-(-size // max_range_bytes), min(pieces_wanted, size // min_range_bytes))
+        pieces.extend((path, site, start, end) for start, end in byte_ranges(path, -(-size // count)))
+
+    def read(path, site, start, end):
+        if end is None:
+            return iter_post_tables(path, site, rows_per_block)
+        return iter_post_range_tables(path, start, end, site, rows_per_block)
 
     class _Source(Datasource):
         def estimate_inmemory_data_size(self):
@@ -242,17 +348,16 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
 
         def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
             tasks = []
-            for path, site in zip(paths, sites):
-                meta = BlockMetadata(num_rows=None, size_bytes=os.path.getsize(path), exec_stats=None,
-                                     input_files=(path,))
-                tasks.append(ReadTask(lambda p=path, s=site: iter_post_tables(p, s, rows_per_block), meta,
-                                      schema=POSTS, per_task_row_limit=per_task_row_limit))
+            for path, site, start, end in pieces:
+                size = (end if end is not None else os.path.getsize(path)) - start
+                meta = BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(path,))
+                tasks.append(ReadTask(lambda p=path, s=site, a=start, b=end: read(p, s, a, b), meta, schema=POSTS,
+                                      per_task_row_limit=per_task_row_limit))
             return tasks
 
         def get_name(self):
             return "StackExchangeDump"
 
-    # Half a CPU per reading task, like the per-post analysis actors, so Ray fuses the two: measured on 2 CPUs,
-    # 100k posts took 68 s fused and 86 s unfused. The cost: one Posts.xml is read and analysed by one actor
-    # (one core); many files spread over many actors.
-    return ray.data.read_datasource(_Source(), override_num_blocks=len(paths), num_cpus=0.5)
+    # One block count per piece: Ray then neither splits the pieces' output nor stops fusing each read with
+    # the per-post analysis that follows it.
+    return ray.data.read_datasource(_Source(), override_num_blocks=len(pieces))

@@ -1,6 +1,6 @@
 """All three acquisition routes as Ray Data datasets of the same POSTS rows.
 
-- dumps: `crawl.dump.posts_dataset` (one streaming read task per file);
+- dumps: `crawl.dump.posts_dataset` (byte ranges of a plain Posts.xml read in parallel, gzip/7z one task each);
 - API: one task per site pages through `/questions` (`ApiCrawlStage`);
 - pages: URL batches spread over crawler actors (`PageCrawlStage`).
 

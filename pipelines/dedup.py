@@ -111,11 +111,40 @@ def find_duplicates(group: pa.Table, threshold: float = 0.8, window: int = 64) -
     """The duplicates within one key group: each answer against up to `window` answers before it."""
     if group.num_rows < 2:
         return DUPLICATES.empty_table()
-    rows = sorted(group.to_pylist(), key=lambda r: (-r["score"], r["site"], r["id"]))
+    return pa.Table.from_pylist(_group_duplicates(group.to_pylist(), threshold, window), schema=DUPLICATES)
+
+
+def find_duplicates_in_block(block: pa.Table, threshold: float = 0.8, window: int = 64) -> pa.Table:
+    """`find_duplicates` for every key of a block holding whole key groups (after a shuffle by key). Most
+    keys have one answer, so they are skipped before any row becomes Python."""
+    if block.num_rows < 2:
+        return DUPLICATES.empty_table()
+    import pyarrow.compute as pc
+
+    counts = block.group_by("key").aggregate([("key", "count")])
+    shared = counts.filter(pc.greater(counts["key_count"], 1))["key"]
+    if len(shared) == 0:
+        return DUPLICATES.empty_table()
+    candidates = block.filter(pc.is_in(block["key"], value_set=shared))
+    candidates = candidates.take(pc.sort_indices(candidates, [("key", "ascending")]))
+    rows = candidates.to_pylist()
+    out: list[dict] = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end]["key"] != rows[start]["key"]:
+            out.extend(_group_duplicates(rows[start:end], threshold, window))
+            start = end
+    return pa.Table.from_pylist(out, schema=DUPLICATES)
+
+
+def _group_duplicates(rows: list[dict], threshold: float, window: int) -> list[dict]:
+    if len(rows) < 2:
+        return []
+    rows = sorted(rows, key=lambda r: (-r["score"], r["site"], r["id"]))
     # the same post read twice (two sources) is one answer here; the thread stage keeps one of its copies
     rows = [r for i, r in enumerate(rows) if i == 0 or (r["site"], r["id"]) != (rows[i - 1]["site"], rows[i - 1]["id"])]
     if len(rows) < 2:
-        return DUPLICATES.empty_table()
+        return []
     exact = rows[0]["key"].startswith("x")
     out = []
     for i in range(1, len(rows)):
@@ -133,17 +162,26 @@ def find_duplicates(group: pa.Table, threshold: float = 0.8, window: int = 64) -
                 continue
         out.append({"site": row["site"], "id": row["id"], "thread": row["thread"],
                     "duplicate_of": f"{original['site']}:{original['id']}", "similarity": sim})
-    return pa.Table.from_pylist(out, schema=DUPLICATES)
+    return out
 
 
 def duplicate_answers(answers, mode: str = "near", threshold: float = 0.8, num_perm: int = 64, bands: int = 16,
                       partitions: int = 8):
     """Dataset of DUPLICATES rows (one per duplicate answer, possibly repeated) from a dataset of answers with
     columns site, id, thread, score, text."""
-    from ray.data import ActorPoolStrategy
+    keys = answers.map_batches(band_keys, batch_format="pyarrow",
+                               fn_kwargs={"mode": mode, "num_perm": num_perm, "bands": bands})
+    return keys.repartition(partitions, keys=["key"]).map_batches(
+        find_duplicates_in_block, batch_size=None, batch_format="pyarrow", fn_kwargs={"threshold": threshold})
 
-    keys = answers.map_batches(BandKeys, batch_format="pyarrow",
-                               compute=ActorPoolStrategy(min_size=1, max_size=max(1, partitions // 2)),
-                               fn_constructor_kwargs={"mode": mode, "num_perm": num_perm, "bands": bands})
-    return keys.groupby("key", num_partitions=partitions).map_groups(
-        find_duplicates, batch_format="pyarrow", fn_kwargs={"threshold": threshold})
+
+_BAND_KEYS: dict[tuple, "BandKeys"] = {}
+
+
+def band_keys(batch: pa.Table, **options) -> pa.Table:
+    """`BandKeys` as a task function (its hash permutations made once per worker process): tasks give their
+    CPU back between batches, so the shuffle that follows can always run."""
+    key = tuple(sorted(options.items()))
+    if key not in _BAND_KEYS:
+        _BAND_KEYS[key] = BandKeys(**options)
+    return _BAND_KEYS[key](batch)

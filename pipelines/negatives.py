@@ -132,10 +132,31 @@ class RequestNegatives:
         return pa.Table.from_pylist(out, schema=REQUESTS)
 
 
+def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
+    """`sample_bucket` over every (group, bucket) of a block that holds whole buckets (after a shuffle by
+    them): one conversion to Python and back per block rather than per bucket."""
+    if block.num_rows == 0:
+        return NEGATIVES.empty_table()
+    keys = list(zip(block.column("group").to_pylist(), block.column("bucket").to_pylist()))
+    order = sorted(range(block.num_rows), key=keys.__getitem__)
+    rows = block.take(pa.array(order, pa.int64())).to_pylist()
+    out: list[dict] = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or (rows[end]["group"], rows[end]["bucket"]) != (rows[start]["group"],
+                                                                            rows[start]["bucket"]):
+            out.extend(_bucket_negatives(rows[start:end], seed))
+            start = end
+    return pa.Table.from_pylist(out, schema=NEGATIVES)
+
+
 def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
     """The pool rows and request rows of one (group, bucket) to negative pairs."""
-    kinds = group.column("kind").to_pylist()
-    rows = group.to_pylist()
+    return pa.Table.from_pylist(_bucket_negatives(group.to_pylist(), seed), schema=NEGATIVES)
+
+
+def _bucket_negatives(rows: list[dict], seed: int) -> list[dict]:
+    kinds = [r["kind"] for r in rows]
     pool = sorted((r for r, k in zip(rows, kinds) if k == "pool"), key=lambda r: r["aid"])
     merged: dict[tuple[str, str], dict] = {}
     for r, k in zip(rows, kinds):
@@ -176,7 +197,7 @@ def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
         if take < request["wanted"]:
             out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
                         "site": request["site"], "split": request["split"], "short": request["wanted"] - take})
-    return pa.Table.from_pylist(out, schema=NEGATIVES)
+    return out
 
 
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
@@ -194,23 +215,42 @@ def count_pool_groups(pool, mode: str) -> dict[str, int]:
     return sizes
 
 
+_STAGES: dict[tuple, object] = {}
+
+
+def _cached(cls, sizes_ref, **options):
+    """One `cls` per worker process and configuration: its group sizes are fetched once, not per batch."""
+    key = (cls.__name__, sizes_ref[0].hex() if hasattr(sizes_ref[0], "hex") else id(sizes_ref[0]),
+           tuple(sorted(options.items())))
+    stage = _STAGES.get(key)
+    if stage is None:
+        stage = _STAGES[key] = cls(sizes_ref, **options)
+    return stage
+
+
+def assign_buckets(batch: pa.Table, sizes_ref, bucket_size: int) -> pa.Table:
+    return _cached(AssignBuckets, sizes_ref, bucket_size=bucket_size)(batch)
+
+
+def request_negatives(batch: pa.Table, sizes_ref, **options) -> pa.Table:
+    return _cached(RequestNegatives, sizes_ref, **options)(batch)
+
+
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
                      partitions: int = 8):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
     and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket)."""
     import ray
-    from ray.data import ActorPoolStrategy
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     sizes_ref = [ray.put(count_pool_groups(pool, mode))]
-    workers = ActorPoolStrategy(min_size=1, max_size=max(1, partitions // 2))
+    # Task functions, not actor pools: actors would hold their CPUs through the shuffle that follows.
     bucketed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).map_batches(
-        AssignBuckets, batch_format="pyarrow", compute=workers,
-        fn_constructor_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
+        assign_buckets, batch_format="pyarrow", fn_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
     requests = positives.map_batches(
-        RequestNegatives, batch_format="pyarrow", compute=workers,
-        fn_constructor_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode,
-                               "bucket_size": bucket_size})
-    return bucketed.union(requests).groupby(["group", "bucket"], num_partitions=partitions).map_groups(
-        sample_bucket, batch_format="pyarrow", fn_kwargs={"seed": seed})
+        request_negatives, batch_format="pyarrow",
+        fn_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size})
+    # groupby().map_groups(), with the buckets of a partition sampled in one call.
+    return bucketed.union(requests).repartition(partitions, keys=["group", "bucket"]).map_batches(
+        sample_buckets, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": seed})

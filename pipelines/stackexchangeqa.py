@@ -5,13 +5,16 @@ and sample real answers to other questions as negatives (the paper: 628,706 posi
 pairs, about 15.7 negatives per positive).
 
 Stages, each a Ray Data operation:
-  1. posts from dump files (one streaming task per file, `crawl.dump.posts_dataset`), the API or pages
-     (`crawl.sources.crawled_posts`), all in the POSTS shape;
-  2. per post, in one actor pool (`PostAnalysis`): HTML to text (`clean_text`), language ID
-     (`LanguageIdentifier`), overlap with evaluation test sets (`pipelines.overlap`, when configured);
+  1. posts from dump files (`crawl.dump.posts_dataset`: a plain Posts.xml is cut into byte ranges read in
+     parallel; gzip and 7z are streamed by one task each), the API or pages (`crawl.sources.crawled_posts`),
+     all in the POSTS shape;
+  2. per post, in the same tasks as the read (`analyse_posts`, a cached `PostAnalysis` per worker): HTML to
+     text (`clean_text`), language ID (`LanguageIdentifier`), overlap with evaluation test sets
+     (`pipelines.overlap`, when configured);
   3. duplicate answers found across the corpus (`pipelines.dedup`, MinHash LSH) and sent to their threads
      as marker rows;
-  4. threads assembled by question (`groupby(...).map_groups(assemble_thread)`): every post gets a `status`,
+  4. threads assembled by question (a hash shuffle by thread, then `assemble_threads` per block): every post
+     gets a `status`,
      either kept ("question", "positive") or the reason it was dropped, and its question's split;
   5. negatives sampled for each positive from the answers of other questions in the same pool group (site and
      split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
@@ -141,8 +144,8 @@ def clean_text(batch: pa.Table, keep_code: bool = True) -> pa.Table:
 
 
 class PostAnalysis:
-    """Per-post stages in one actor: HTML to text, language ID, test-set overlap (when configured) and the
-    thread key. A class because it loads fastText (and the test-set index) once per worker."""
+    """Per-post stages together: HTML to text, language ID, test-set overlap (when configured) and the
+    thread key. A class because it loads fastText (and the test-set index)."""
 
     def __init__(self, keep_code: bool = True, unsure_below: float = 0.5, index_ref=None, overlap_ngram: int = 13):
         from pipelines.overlap import OverlapFilter
@@ -156,6 +159,25 @@ class PostAnalysis:
         if self.overlap is not None:
             batch = self.overlap(batch)
         return _thread_key(batch)
+
+
+_ANALYSERS: dict[tuple, PostAnalysis] = {}
+
+
+def analyse_posts(batch: pa.Table, **options) -> pa.Table:
+    """`PostAnalysis` as a task function, its models loaded once per worker process and then reused.
+
+    Tasks rather than an actor pool: fused with the dump reader, each task reads and analyses one byte range
+    and then gives its CPU back, so the shuffle after it can always be scheduled (an actor pool holds its CPUs
+    for the whole stream; on 2 CPUs that deadlocked), and one big Posts.xml is analysed on every core.
+    """
+    index_ref = options.get("index_ref")
+    key = tuple(sorted((k, v) for k, v in options.items() if k != "index_ref")) + (
+        tuple(r.hex() for r in index_ref) if index_ref else (),)
+    analyser = _ANALYSERS.get(key)
+    if analyser is None:
+        analyser = _ANALYSERS[key] = PostAnalysis(**options)
+    return analyser(batch)
 
 
 def _thread_key(batch: pa.Table) -> pa.Table:
@@ -179,7 +201,29 @@ THREAD_ROWS = pa.schema(
 def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, dev_fraction: float,
                     test_fraction: float) -> pa.Table:
     """Give every post of one thread (a question and its answers) a status and its question's split."""
-    rows = group.to_pylist()
+    return pa.Table.from_pylist(_thread_rows(group.to_pylist(), min_score, english_threshold, dev_fraction,
+                                             test_fraction), schema=THREAD_ROWS)
+
+
+def assemble_threads(block: pa.Table, **options) -> pa.Table:
+    """`assemble_thread` over every thread in a block that holds whole threads (after a shuffle by thread):
+    one conversion to Python and back per block, not per thread (threads average three posts)."""
+    if block.num_rows == 0:
+        return THREAD_ROWS.empty_table()
+    keys = zip(block.column("site").to_pylist(), block.column("thread").to_pylist())
+    order = sorted(range(block.num_rows), key=lambda i, k=list(keys): k[i])
+    rows = block.take(pa.array(order, pa.int64())).to_pylist()
+    out: list[dict] = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or (rows[end]["site"], rows[end]["thread"]) != (rows[start]["site"], rows[start]["thread"]):
+            out.extend(_thread_rows(rows[start:end], **options))
+            start = end
+    return pa.Table.from_pylist(out, schema=THREAD_ROWS)
+
+
+def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev_fraction: float,
+                 test_fraction: float) -> list[dict]:
     site = rows[0]["site"]
 
     def is_english(row) -> bool:
@@ -207,15 +251,14 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
     thread_tags: list[str] = next((r["tags"] for r in rows if r["post_type"] == QUESTION), None) or []
 
     if rows[0]["thread"] == -1:
-        return pa.Table.from_pylist(
-            [out(r, "failure", "fetch_failed", "", "", "") if r["post_type"] == FETCH_FAILED else
-             out(r, "other", "other_post_type", "", "", "") for r in rows], schema=THREAD_ROWS)
+        return [out(r, "failure", "fetch_failed", "", "", "") if r["post_type"] == FETCH_FAILED else
+                out(r, "other", "other_post_type", "", "", "") for r in rows]
 
     # Duplicate-answer marks from the dedup stage travel as rows of this thread; they are not posts.
     duplicate_of.update({r["id"]: r["failure"] for r in rows if r["post_type"] == DUPLICATE_MARK})
     rows = [r for r in rows if r["post_type"] != DUPLICATE_MARK]
     if not rows:
-        return THREAD_ROWS.empty_table()
+        return []
     # The same post from two sources (two dumps, a dump and the API, ...): keep one copy, chosen by origin so
     # the choice does not depend on arrival order.
     rows.sort(key=lambda r: (r["post_type"], r["id"], r["origin"] or ""))
@@ -229,8 +272,7 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
     dropped_copies = [out(r, "question" if r["post_type"] == QUESTION else "answer", "duplicate_post", "", "", "")
                       for r in duplicates]
     if not questions:
-        return pa.Table.from_pylist([out(r, "answer", "orphan_answer", "", "", "") for r in answers] + dropped_copies,
-                                    schema=THREAD_ROWS)
+        return [out(r, "answer", "orphan_answer", "", "", "") for r in answers] + dropped_copies
     question = questions[0]
     qid = f"{site}:{question['id']}"
     split = split_of(site, question["id"], dev_fraction, test_fraction)
@@ -269,7 +311,7 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
     if qstatus is None:
         qstatus = KEPT_QUESTION if positives else "question_no_positive"
     result.insert(0, out(question, "question", qstatus, qid, qtext, split))
-    return pa.Table.from_pylist(result + dropped_copies, schema=THREAD_ROWS)
+    return result + dropped_copies
 
 
 
@@ -302,7 +344,6 @@ def source_posts(cfg: BuildConfig):
 
 def threads_dataset(cfg: BuildConfig):
     """Stages 1-4: every post of every source with its status, role, split and text."""
-    from ray.data import ActorPoolStrategy
     from ray.data.expressions import col
 
     posts = source_posts(cfg)
@@ -313,14 +354,9 @@ def threads_dataset(cfg: BuildConfig):
         from pipelines.overlap import reference_index
 
         index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
-    # One actor pool for every per-post step (text, language, test-set overlap, thread key), at half a CPU
-    # each, fused with the half-CPU readers: separate pools would each hold CPUs for the whole stream, and on
-    # a small machine leave none for the reader (a deadlock, seen on 2 CPUs).
-    posts = posts.map_batches(PostAnalysis, batch_format="pyarrow", num_cpus=0.5,
-                              compute=ActorPoolStrategy(min_size=1, max_size=max(1, _cpus() - 1)),
-                              fn_constructor_kwargs={"keep_code": cfg.keep_code,
-                                                     "unsure_below": cfg.fasttext_threshold,
-                                                     "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram})
+    posts = posts.map_batches(analyse_posts, batch_format="pyarrow",
+                              fn_kwargs={"keep_code": cfg.keep_code, "unsure_below": cfg.fasttext_threshold,
+                                         "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram})
     if cfg.dedup != "off":
         posts = posts.materialize()  # read twice: for the duplicate search and for the threads
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
@@ -329,8 +365,10 @@ def threads_dataset(cfg: BuildConfig):
                                   partitions=_partitions(cfg))
         posts = posts.union(marks.map_batches(_mark_rows, batch_format="pyarrow",
                                               fn_kwargs={"schema": posts.schema().base_schema}))
-    return posts.groupby(["site", "thread"], num_partitions=_partitions(cfg)).map_groups(
-        assemble_thread, batch_format="pyarrow",
+    # What `groupby().map_groups()` does (a hash shuffle whose partitions stay whole blocks), but the threads
+    # of a block are assembled in one call: per-thread calls cost more than the assembly itself.
+    return posts.repartition(_partitions(cfg), keys=["site", "thread"]).map_batches(
+        assemble_threads, batch_size=None, batch_format="pyarrow",
         fn_kwargs={"min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
                    "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction})
 
@@ -509,9 +547,8 @@ def _negative_pairs(batch: pa.Table) -> pa.Table:
 
 
 def _conform_pairs(batch: pa.Table) -> pa.Table:
-    """QA_PAIRS columns, checked, plus `split` for the partitioned write (which moves it to the folder)."""
-    table = conform(batch.drop_columns(["split"]), QA_PAIRS, "StackExchangeQA pairs")
-    return table.append_column("split", batch.column("split"))
+    """QA_PAIRS columns, checked (the split is the folder)."""
+    return conform(batch.drop_columns(["split"]), QA_PAIRS, "StackExchangeQA pairs")
 
 
 def _count_pairs(batch: pa.Table) -> pa.Table:
@@ -545,6 +582,8 @@ def write(cfg: BuildConfig) -> dict:
     previous output (or none) and no half-written shards. The build is deterministic, so a re-run after a
     crash writes the same rows.
     """
+    from ray.data.expressions import col
+
     started = time.time()
     with staged_dir(cfg.output) as staging:
         pairs, stats = build(cfg)
@@ -552,13 +591,12 @@ def write(cfg: BuildConfig) -> dict:
         pairs = pairs.materialize()
         splits = _split_counts(pairs, stats.pop("questions_per_split"))
         stages.done("pairs", sum(s["rows"] for s in splits.values()))
-        written = pairs.map_batches(_conform_pairs, batch_format="pyarrow")
-        written.write_parquet(staging, partition_cols=["split"], min_rows_per_file=cfg.rows_per_shard,
-                              compression="zstd")
-        for split in SPLITS:
-            hive = os.path.join(staging, f"split={split}")
+        for split in SPLITS:  # one write per split: a cheap filter over materialised pairs, plain folders
             target = os.path.join(staging, split)
-            os.rename(hive, target) if os.path.isdir(hive) else os.makedirs(target)
+            if splits[split]["rows"]:
+                pairs.filter(expr=col("split") == split).map_batches(_conform_pairs, batch_format="pyarrow") \
+                    .write_parquet(target, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
+            os.makedirs(target, exist_ok=True)
             splits[split]["shards"] = len([f for f in os.listdir(target) if f.endswith(".parquet")])
         stages.done("parquet shards")
         stats["stage_seconds"].update(stages.seconds)

@@ -89,3 +89,42 @@ def test_memory_stays_flat_while_streaming(tmp_path):
     tracemalloc.stop()
     assert count == 20000
     assert peak < os.path.getsize(path) / 4, f"peak {peak} bytes for a {os.path.getsize(path)}-byte file"
+
+
+def test_byte_ranges_read_every_row_once_whatever_the_cut(beer_dump, tmp_path):
+    """A plain Posts.xml cut into byte ranges (parallel reads of one big file) gives exactly the rows of one
+    streaming read, in order, for cuts that fall mid-line, on a line start, and on the CRLF."""
+    from crawl.dump import byte_ranges, iter_posts_range, line_per_row
+
+    plain = tmp_path / "Posts.xml"
+    plain.write_bytes(gzip.decompress(open(beer_dump, "rb").read()))  # the real file: BOM, CRLF
+    assert line_per_row(str(plain)) and not line_per_row(beer_dump)  # gzip cannot be cut
+    whole = [(p["id"], p["body"], p["tags"]) for p in iter_posts(str(plain), site="beer")]
+    size = os.path.getsize(plain)
+    for range_bytes in (size, 100_000, 4096, 1000, 777):
+        pieces = byte_ranges(str(plain), range_bytes)
+        assert pieces[0][0] == 0 and pieces[-1][1] == size
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        cut = [(p["id"], p["body"], p["tags"]) for start, end in pieces
+               for p in iter_posts_range(str(plain), start, end, site="beer")]
+        assert cut == whole, f"ranges of {range_bytes} bytes"
+
+
+def test_files_that_cannot_be_cut_are_recognised(tmp_path):
+    from crawl.dump import line_per_row
+
+    multi_line = _write(tmp_path, "a.xml", b'<posts>\n<row Id="1"\n PostTypeId="1" />\n</posts>\n')
+    one_line = _write(tmp_path, "b.xml", b'<posts><row Id="1" PostTypeId="1" /></posts>')
+    truncated = _write(tmp_path, "c.xml", b'<posts>\n<row Id="1" PostTypeId="1" />\n<row Id="2"')
+    wrong_root = _write(tmp_path, "d.xml", b'<users>\n<row Id="1" />\n</users>\n')
+    assert not any(line_per_row(p) for p in (multi_line, one_line, truncated, wrong_root))
+
+
+def test_a_bad_row_in_a_byte_range_names_the_file_and_offset(tmp_path):
+    from crawl.dump import iter_posts_range
+
+    data = b'<posts>\n<row Id="1" PostTypeId="1" />\n<row Id="2" Score="x" />\n</posts>\n'
+    path = _write(tmp_path, "Posts.xml", data)
+    offset = data.index(b'<row Id="2"')
+    with pytest.raises(DumpError, match=rf"Posts\.xml: byte {offset}: attribute Score='x'"):
+        list(iter_posts_range(path, 0, len(data)))
