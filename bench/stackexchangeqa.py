@@ -17,7 +17,9 @@ answers, accepted-answer links and parents all renumbered), written as plain Pos
 Both build one negative per positive so they do the same work; our near-duplicate stage is off by default
 (`--dedup near` measures it too: a resampled dump is duplicates by construction). Memory is the peak, over 0.5 s samples, of the
 summed proportional set size (PSS, shared pages split between processes) of the process and all its children
-(Ray's raylet, object store and workers). Prints a table; the last line is one JSON object with
+(Ray's raylet, object store and workers), and beside it the peak of their summed private memory (USS: heaps,
+without the object store's shared pages). The object store is capped (`--object-store-gb`), so the first grows
+until the store is full and then holds; the second is what the code itself keeps. Prints a table; the last line is one JSON object with
 `posts_per_s_per_core`, `peak_rss_mb` per size and `speedup_vs_baseline` (also written to --json).
 """
 from __future__ import annotations
@@ -100,20 +102,23 @@ class PeakMemory:
         self.process = psutil.Process()
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
         self.at_peak: dict[str, float] = {}  # MB by process name when the peak was seen
+        self.peak_private = 0  # peak of the summed USS: memory no other process shares (no object store pages)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
         import psutil
 
-        total, by_name = 0, {}
+        total, private, by_name = 0, 0, {}
         for proc in [self.process] + self.process.children(recursive=True):
             try:
-                pss = proc.memory_full_info().pss
+                info = proc.memory_full_info()
                 name = "driver" if proc.pid == self.process.pid else (proc.name() or "?")
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            total += pss
-            by_name[name] = by_name.get(name, 0) + pss
+            total += info.pss
+            private += info.uss
+            by_name[name] = by_name.get(name, 0) + info.pss
+        self.peak_private = max(self.peak_private, private)
         if total > self.peak:
             self.peak = total
             self.at_peak = {k: round(v / 2**20) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]}
@@ -204,7 +209,8 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
                                   dedup=dedup))
         seconds = time.perf_counter() - started
         ray.shutdown()
-    queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_by_process_mb": memory.at_peak,
+    queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_private_mb": memory.peak_private / 2**20,
+               "peak_by_process_mb": memory.at_peak,
                "pairs": stats["pairs"]["total"],
                "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
                "stage_seconds": stats["stage_seconds"]})
@@ -252,7 +258,7 @@ def main(argv=None) -> int:
             entry = {"posts": n, "xml_mb": round(mb, 1), "ours": ours,
                      "ours_posts_per_s_per_core": n / ours["seconds"] / args.num_cpus}
             print(f"  ours     {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
-                  f"peak {ours['peak_mb']:8,.0f} MB", flush=True)
+                  f"peak {ours['peak_mb']:8,.0f} MB (private {ours['peak_private_mb']:,.0f} MB)", flush=True)
             print(f"           at the peak (MB): {ours['peak_by_process_mb']}", flush=True)
             print(f"           stages (s): {ours['stage_seconds']}", flush=True)
             if not args.no_baseline:
@@ -273,6 +279,7 @@ def main(argv=None) -> int:
     summary = {
         "posts_per_s_per_core": {k: round(v["ours_posts_per_s_per_core"], 1) for k, v in results["sizes"].items()},
         "peak_rss_mb": {k: {"ours": round(v["ours"]["peak_mb"], 1),
+                            "ours_private": round(v["ours"]["peak_private_mb"], 1),
                             "baseline": round(v["baseline"]["peak_mb"], 1) if v.get("baseline", {}).get("peak_mb")
                             else None} for k, v in results["sizes"].items()},
         "speedup_vs_baseline": round(largest["speedup_vs_baseline"], 2) if "speedup_vs_baseline" in largest else None,

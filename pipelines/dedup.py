@@ -125,16 +125,11 @@ def find_duplicates_in_block(block: pa.Table, threshold: float = 0.8, window: in
     shared = counts.filter(pc.greater(counts["key_count"], 1))["key"]
     if len(shared) == 0:
         return DUPLICATES.empty_table()
+    from pipelines.blocks import map_groups_in_block
+
     candidates = block.filter(pc.is_in(block["key"], value_set=shared))
-    candidates = candidates.take(pc.sort_indices(candidates, [("key", "ascending")]))
-    rows = candidates.to_pylist()
-    out: list[dict] = []
-    start = 0
-    for end in range(1, len(rows) + 1):
-        if end == len(rows) or rows[end]["key"] != rows[start]["key"]:
-            out.extend(_group_duplicates(rows[start:end], threshold, window))
-            start = end
-    return pa.Table.from_pylist(out, schema=DUPLICATES)
+    return map_groups_in_block(candidates, ["key"], lambda rows: _group_duplicates(rows, threshold, window),
+                               DUPLICATES)
 
 
 def _group_duplicates(rows: list[dict], threshold: float, window: int) -> list[dict]:

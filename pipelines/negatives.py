@@ -134,20 +134,10 @@ class RequestNegatives:
 
 def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     """`sample_bucket` over every (group, bucket) of a block that holds whole buckets (after a shuffle by
-    them): one conversion to Python and back per block rather than per bucket."""
-    if block.num_rows == 0:
-        return NEGATIVES.empty_table()
-    keys = list(zip(block.column("group").to_pylist(), block.column("bucket").to_pylist()))
-    order = sorted(range(block.num_rows), key=keys.__getitem__)
-    rows = block.take(pa.array(order, pa.int64())).to_pylist()
-    out: list[dict] = []
-    start = 0
-    for end in range(1, len(rows) + 1):
-        if end == len(rows) or (rows[end]["group"], rows[end]["bucket"]) != (rows[start]["group"],
-                                                                            rows[start]["bucket"]):
-            out.extend(_bucket_negatives(rows[start:end], seed))
-            start = end
-    return pa.Table.from_pylist(out, schema=NEGATIVES)
+    them)."""
+    from pipelines.blocks import map_groups_in_block
+
+    return map_groups_in_block(block, ["group", "bucket"], lambda rows: _bucket_negatives(rows, seed), NEGATIVES)
 
 
 def sample_bucket(group: pa.Table, seed: int) -> pa.Table:

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
+from pipelines.blocks import map_groups_in_block, release_unused_memory
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
@@ -177,7 +178,9 @@ def analyse_posts(batch: pa.Table, **options) -> pa.Table:
     analyser = _ANALYSERS.get(key)
     if analyser is None:
         analyser = _ANALYSERS[key] = PostAnalysis(**options)
-    return analyser(batch)
+    result = analyser(batch)
+    release_unused_memory()
+    return result
 
 
 def _thread_key(batch: pa.Table) -> pa.Table:
@@ -206,20 +209,8 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
 
 
 def assemble_threads(block: pa.Table, **options) -> pa.Table:
-    """`assemble_thread` over every thread in a block that holds whole threads (after a shuffle by thread):
-    one conversion to Python and back per block, not per thread (threads average three posts)."""
-    if block.num_rows == 0:
-        return THREAD_ROWS.empty_table()
-    keys = zip(block.column("site").to_pylist(), block.column("thread").to_pylist())
-    order = sorted(range(block.num_rows), key=lambda i, k=list(keys): k[i])
-    rows = block.take(pa.array(order, pa.int64())).to_pylist()
-    out: list[dict] = []
-    start = 0
-    for end in range(1, len(rows) + 1):
-        if end == len(rows) or (rows[end]["site"], rows[end]["thread"]) != (rows[start]["site"], rows[start]["thread"]):
-            out.extend(_thread_rows(rows[start:end], **options))
-            start = end
-    return pa.Table.from_pylist(out, schema=THREAD_ROWS)
+    """`assemble_thread` over every thread of a block that holds whole threads (after a shuffle by thread)."""
+    return map_groups_in_block(block, ["site", "thread"], lambda rows: _thread_rows(rows, **options), THREAD_ROWS)
 
 
 def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev_fraction: float,
