@@ -94,35 +94,57 @@ def generate_dump(source: str, posts: int, path: str, seed: int = 0) -> int:
 
 # ------------------------------------------------------------------------------------------------ memory
 class PeakMemory:
-    """Peak summed PSS of this process and its descendants, sampled in a thread."""
+    """Peak memory of this process and its descendants, sampled in a thread from /proc/PID/smaps_rollup.
+
+    Three peaks, each of a sum over the processes: PSS (shared pages split between the processes that map
+    them), its anonymous part (heaps: what the code itself holds; object store pages are shared memory, not
+    anonymous) and its shared-memory part (Ray's object store, which `--object-store-gb` caps)."""
+
+    FIELDS = {"Pss:": "pss", "Pss_Anon:": "anon", "Pss_Shmem:": "shmem", "Private_Clean:": "uss",
+              "Private_Dirty:": "uss"}
 
     def __init__(self, interval: float = 0.5):
         import psutil
 
         self.process = psutil.Process()
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self.at_peak: dict[str, float] = {}  # MB by process name when the peak was seen
-        self.peak_private = 0  # peak of the summed USS: memory no other process shares (no object store pages)
+        self.interval, self._stop = interval, threading.Event()
+        self.peak = self.peak_heap = self.peak_store = self.peak_private = 0  # bytes
+        self.at_peak: dict[str, float] = {}  # PSS in MB by process name when the PSS peak was seen
+        self.heap_at_peak: dict[str, float] = {}  # anonymous PSS in MB by process name at the heap peak
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @classmethod
+    def _rollup(cls, pid: int) -> dict[str, int]:
+        sums = {"pss": 0, "anon": 0, "shmem": 0, "uss": 0}
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key = cls.FIELDS.get(line.split(None, 1)[0])
+                if key:
+                    sums[key] += int(line.split()[1]) * 1024
+        return sums
 
     def _sample(self) -> int:
         import psutil
 
-        total, private, by_name = 0, 0, {}
+        totals, pss_by_name, anon_by_name = {"pss": 0, "anon": 0, "shmem": 0, "uss": 0}, {}, {}
         for proc in [self.process] + self.process.children(recursive=True):
             try:
-                info = proc.memory_full_info()
+                sums = self._rollup(proc.pid)
                 name = "driver" if proc.pid == self.process.pid else (proc.name() or "?")
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            except (OSError, psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            total += info.pss
-            private += info.uss
-            by_name[name] = by_name.get(name, 0) + info.pss
-        self.peak_private = max(self.peak_private, private)
-        if total > self.peak:
-            self.peak = total
-            self.at_peak = {k: round(v / 2**20) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]}
-        return total
+            for key in totals:
+                totals[key] += sums[key]
+            pss_by_name[name] = pss_by_name.get(name, 0) + sums["pss"]
+            anon_by_name[name] = anon_by_name.get(name, 0) + sums["anon"]
+        top = lambda d: {k: round(v / 2**20) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:8]}  # noqa: E731
+        self.peak_private = max(self.peak_private, totals["uss"])
+        self.peak_store = max(self.peak_store, totals["shmem"])
+        if totals["anon"] > self.peak_heap:
+            self.peak_heap, self.heap_at_peak = totals["anon"], top(anon_by_name)
+        if totals["pss"] > self.peak:
+            self.peak, self.at_peak = totals["pss"], top(pss_by_name)
+        return totals["pss"]
 
     def _run(self):
         while not self._stop.is_set():
@@ -192,7 +214,8 @@ def run_baseline(path: str, out_dir: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- ours
-def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, queue) -> None:
+def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, sizes: dict,
+                queue) -> None:
     import logging
 
     import ray
@@ -206,20 +229,21 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
         DataContext.get_current().enable_progress_bars = False
         started = time.perf_counter()
         stats = write(BuildConfig(dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1,
-                                  dedup=dedup))
+                                  dedup=dedup, **sizes))
         seconds = time.perf_counter() - started
         ray.shutdown()
     queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_private_mb": memory.peak_private / 2**20,
-               "peak_by_process_mb": memory.at_peak,
+               "peak_heap_mb": memory.peak_heap / 2**20, "peak_store_mb": memory.peak_store / 2**20,
+               "peak_by_process_mb": memory.at_peak, "heap_peak_by_process_mb": memory.heap_at_peak,
                "pairs": stats["pairs"]["total"],
                "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
                "stage_seconds": stats["stage_seconds"]})
 
 
-def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str) -> dict:
+def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, sizes: dict) -> dict:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    child = ctx.Process(target=_ours_child, args=(path, out_dir, cpus, object_store_gb, dedup, queue))
+    child = ctx.Process(target=_ours_child, args=(path, out_dir, cpus, object_store_gb, dedup, sizes, queue))
     child.start()
     child.join()
     if child.exitcode != 0:
@@ -238,12 +262,15 @@ def main(argv=None) -> int:
     p.add_argument("--dedup", choices=("off", "exact", "near"), default="off",
                    help="our near-duplicate stage; off by default because the baseline has none and a resampled "
                         "dump is duplicates by construction (with near, almost every copy is removed)")
+    p.add_argument("--read-range-mb", type=int, default=16, help="our build's --read-range-mb")
+    p.add_argument("--partition-mb", type=int, default=32, help="our build's --partition-mb")
     p.add_argument("--workdir", default=None, help="where dumps and outputs go (default: a temporary folder)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "stackexchangeqa.json"))
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sorted({min(100_000, args.posts), args.posts})
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": args.num_cpus,
-                           "object_store_gb": args.object_store_gb}, "dedup": args.dedup, "sizes": {}}
+                           "object_store_gb": args.object_store_gb}, "dedup": args.dedup,
+               "read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb, "sizes": {}}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
@@ -254,12 +281,15 @@ def main(argv=None) -> int:
             mb = os.path.getsize(dump) / 2**20
             print(f"generated {n:,} posts ({mb:,.0f} MB of XML) in {time.perf_counter() - started:.0f} s",
                   flush=True)
-            ours = run_ours(dump, os.path.join(work, f"ours-{size}"), args.num_cpus, args.object_store_gb, args.dedup)
+            ours = run_ours(dump, os.path.join(work, f"ours-{size}"), args.num_cpus, args.object_store_gb, args.dedup,
+                            {"read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb})
             entry = {"posts": n, "xml_mb": round(mb, 1), "ours": ours,
                      "ours_posts_per_s_per_core": n / ours["seconds"] / args.num_cpus}
             print(f"  ours     {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
-                  f"peak {ours['peak_mb']:8,.0f} MB (private {ours['peak_private_mb']:,.0f} MB)", flush=True)
+                  f"peak {ours['peak_mb']:8,.0f} MB (heaps {ours['peak_heap_mb']:,.0f} MB, object store "
+                  f"{ours['peak_store_mb']:,.0f} MB, private {ours['peak_private_mb']:,.0f} MB)", flush=True)
             print(f"           at the peak (MB): {ours['peak_by_process_mb']}", flush=True)
+            print(f"           at the heap peak (MB): {ours['heap_peak_by_process_mb']}", flush=True)
             print(f"           stages (s): {ours['stage_seconds']}", flush=True)
             if not args.no_baseline:
                 os.makedirs(os.path.join(work, f"base-{size}"), exist_ok=True)
@@ -280,6 +310,8 @@ def main(argv=None) -> int:
         "posts_per_s_per_core": {k: round(v["ours_posts_per_s_per_core"], 1) for k, v in results["sizes"].items()},
         "peak_rss_mb": {k: {"ours": round(v["ours"]["peak_mb"], 1),
                             "ours_private": round(v["ours"]["peak_private_mb"], 1),
+                            "ours_heaps": round(v["ours"]["peak_heap_mb"], 1),
+                            "ours_object_store": round(v["ours"]["peak_store_mb"], 1),
                             "baseline": round(v["baseline"]["peak_mb"], 1) if v.get("baseline", {}).get("peak_mb")
                             else None} for k, v in results["sizes"].items()},
         "speedup_vs_baseline": round(largest["speedup_vs_baseline"], 2) if "speedup_vs_baseline" in largest else None,

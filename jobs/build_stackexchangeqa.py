@@ -84,6 +84,11 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                    help="API requests per second per method, across all workers (the API allows 30 per IP)")
     p.add_argument("--crawlers", type=int, default=4, help="concurrent crawler actors")
     p.add_argument("--max-retries", type=int, default=4, help="retries of a 429/5xx/reset/timeout per URL")
+    p.add_argument("--read-range-mb", type=int, default=16,
+                   help="a plain Posts.xml is read by parallel tasks in byte ranges of at most this many MB")
+    p.add_argument("--partition-mb", type=int, default=32,
+                   help="MB of dump per shuffle partition (threads, duplicate keys, negative buckets): what one "
+                        "task holds at a time")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
@@ -118,6 +123,7 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         paths.append(path if sep else spec)
     cfg = BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
                       negative_pool=args.negative_pool, dedup=args.dedup, rows_per_shard=args.rows_per_shard,
+                      read_range_mb=args.read_range_mb, partition_mb=args.partition_mb,
                       near_duplicate_threshold=args.near_duplicate_threshold, exclude_test_sets=exclude,
                       overlap_ngram=args.overlap_ngram,
                       seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,

@@ -95,6 +95,9 @@ class BuildConfig:
     english_threshold: float = 0.5  # the deciding model's probability for "en" must reach this
     sites: list[str | None] = field(default_factory=list)  # one per dump; empty: from the path
     rows_per_shard: int = 100_000
+    # Work sizes, fixed so that what one task holds does not grow with the input (more input: more tasks).
+    read_range_mb: int = 16  # a plain Posts.xml is read in byte ranges of at most this size, in parallel
+    partition_mb: int = 32  # each shuffle partition (threads, duplicate keys, negative buckets) ~ this much dump
     # Crawled sources (crawl/): API sites, question page URLs, and how to fetch them.
     api_sites: list[str] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)
@@ -116,6 +119,8 @@ class BuildConfig:
             raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {self.dedup!r}")
         if self.negative_pool not in POOL_MODES:
             raise ValueError(f"negative_pool must be one of {POOL_MODES}, got {self.negative_pool!r}")
+        if self.read_range_mb < 1 or self.partition_mb < 1:
+            raise ValueError("read_range_mb and partition_mb must be at least 1")
         if not 0 <= self.dev_fraction + self.test_fraction < 1:
             raise ValueError("dev_fraction + test_fraction must be in [0, 1)")
 
@@ -327,7 +332,8 @@ def source_posts(cfg: BuildConfig):
         raise ValueError("nothing to build from: give dumps, API sites or page URLs")
     parts = []
     if cfg.dumps:
-        parts.append(posts_dataset(cfg.dumps, cfg.sites or None))
+        parts.append(posts_dataset(cfg.dumps, cfg.sites or None, max_range_bytes=cfg.read_range_mb << 20,
+                                   min_range_bytes=min(8, cfg.read_range_mb) << 20))
     if cfg.api_sites or cfg.urls:
         parts.append(crawled_posts(crawl_config(cfg)))
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
@@ -374,9 +380,11 @@ def _mark_rows(batch: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _partitions(cfg: BuildConfig) -> int:
-    """Shuffle partitions: about 64 MB of dump each, at least one per CPU."""
+    """Shuffle partitions: about `partition_mb` of dump each (so a partition's size does not grow with the
+    input), at least one per CPU, at most 4,000 (past that, partitions grow: Stack Overflow's 100 GB of XML
+    gives 25 MB each)."""
     size = sum(os.path.getsize(p) for p in cfg.dumps) + 20_000 * (len(cfg.urls) + 1000 * len(cfg.api_sites))
-    return max(_cpus(), min(1000, size // (64 << 20) + 1))
+    return max(_cpus(), min(4000, size // (cfg.partition_mb << 20) + 1))
 
 
 def _cpus() -> int:
