@@ -41,6 +41,8 @@ from xml.sax.saxutils import quoteattr
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from jobs.ray_env import WORKER_ENV  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
 
@@ -221,11 +223,12 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
     import ray
     from ray.data import DataContext
 
+    from jobs.ray_env import init_local_ray
     from pipelines.stackexchangeqa import BuildConfig, write
 
     with PeakMemory() as memory:
-        ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                 object_store_memory=int(object_store_gb * 2**30))
+        init_local_ray(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                       object_store_memory=int(object_store_gb * 2**30))
         DataContext.get_current().enable_progress_bars = False
         started = time.perf_counter()
         stats = write(BuildConfig(dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1,
@@ -270,7 +273,8 @@ def main(argv=None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sorted({min(100_000, args.posts), args.posts})
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": args.num_cpus,
                            "object_store_gb": args.object_store_gb}, "dedup": args.dedup,
-               "read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb, "sizes": {}}
+               "read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb,
+               "worker_env": {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, "sizes": {}}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:

@@ -107,10 +107,19 @@ def _body(item: dict) -> str:
     return markdown_to_html(item.get("body_markdown", ""))
 
 
+def _owner(item: dict) -> dict:
+    """The post's author from the API's `owner` (a shallow_user; absent when the filter leaves it out).
+    Display names come HTML-escaped; deleted users have a name but no `user_id`."""
+    owner = item.get("owner") or {}
+    user_id = owner.get("user_id")
+    return {"author_id": int(user_id) if user_id is not None else None,
+            "author": html.unescape(owner.get("display_name", ""))}
+
+
 def answer_record(item: dict) -> dict:
     return {"id": int(item["answer_id"]), "body": _body(item), "score": int(item.get("score", 0)),
             "accepted": bool(item.get("is_accepted", False)), "creation_date": iso_date(item.get("creation_date")),
-            "licence": item.get("content_license", "")}
+            "licence": item.get("content_license", ""), **_owner(item)}
 
 
 def question_record(item: dict, site: str) -> dict:
@@ -127,6 +136,7 @@ def question_record(item: dict, site: str) -> dict:
         "accepted_answer_id": int(item.get("accepted_answer_id", -1)),
         "answers": [answer_record(a) for a in item.get("answers", [])],
         "licence": item.get("content_license", ""),
+        **_owner(item),
         "url": link,
     }
 

@@ -39,6 +39,11 @@ POSTS = pa.schema(
         pa.field("origin", pa.string()),
         pa.field("licence", pa.string()),
         pa.field("failure", pa.string()),  # empty for posts
+        # The author, for CC BY-SA attribution: the user id (null when unknown or deleted; -1 is the
+        # "Community" user) and the display name where the source gives one (dumps name only deleted users:
+        # the others' names are in Users.xml).
+        pa.field("author_id", pa.int64()),
+        pa.field("author", pa.string()),
     ]
 )
 
@@ -141,7 +146,7 @@ def _iter_archive(path: str, site: str) -> Iterator[dict]:
             raise DumpError(str(err).replace(xml, f"{path}:Posts.xml")) from err
 
 
-def _int(attrs, name: str, default: int, path: str, where: str) -> int:
+def _int(attrs, name: str, default: int | None, path: str, where: str) -> int | None:
     value = attrs.get(name)
     if value is None or value == "":
         return default
@@ -171,6 +176,8 @@ def _post(attrs, site: str, path: str, line: int, where: str) -> dict:
         "origin": path,
         "licence": licence_for(attrs.get("CreationDate", ""), attrs.get("ContentLicense")),
         "failure": "",
+        "author_id": _int(attrs, "OwnerUserId", None, path, where),
+        "author": attrs.get("OwnerDisplayName", ""),
     }
 
 

@@ -60,6 +60,30 @@ def _created(container, answers_section=None) -> str:
     return ""
 
 
+_USER_PATH = re.compile(r"/users/(-?\d+)")
+
+
+def _author(container, question: bool) -> dict:
+    """The post's author: the signature marked `itemprop=author` (both layouts), else the owner's signature
+    (the question's `.owner`; an answer's last, after any editor's). A deleted user or a community wiki has
+    a name and no profile link (id None)."""
+    details = container.select_one(".user-details[itemprop=author]")
+    if details is None:
+        signatures = container.select(".post-signature.owner .user-details" if question else
+                                      ".post-signature .user-details")
+        details = signatures[-1] if signatures else None
+    if details is None:
+        return {"author_id": None, "author": ""}
+    link = details.select_one("a[href*='/users/']")
+    name_node = details.select_one("[itemprop=name]") or link
+    if name_node is not None:
+        name = name_node.get_text(" ", strip=True)
+    else:  # a deleted user or a community wiki: the name is the first text of the block
+        name = next((s.strip() for s in details.stripped_strings), "")
+    match = _USER_PATH.search(link["href"]) if link is not None else None
+    return {"author_id": int(match.group(1)) if match else None, "author": name}
+
+
 def parse_question_page(html: str | bytes, url: str) -> dict:
     """One question page as a record: the question, the answers on this page, and the next answer page.
 
@@ -96,6 +120,7 @@ def parse_question_page(html: str | bytes, url: str) -> dict:
                                   else question, answers_section) or _created(question),
         "score": _score(question, url, "the question"),
         "accepted_answer_id": -1,
+        **_author(question, question=True),
         "answers": [],
         "layout": layout,
         "url": url,
@@ -115,7 +140,7 @@ def parse_question_page(html: str | bytes, url: str) -> dict:
         what = f"answer {answer_id}"
         record["answers"].append({"id": int(answer_id), "body": _body(answer, url, what)[0],
                                   "score": _score(answer, url, what), "accepted": accepted,
-                                  "creation_date": _created(answer)})
+                                  "creation_date": _created(answer), **_author(answer, question=False)})
         if accepted:
             record["accepted_answer_id"] = int(answer_id)
     pager = answers_section.select_one(".pager-answers")

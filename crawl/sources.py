@@ -29,21 +29,23 @@ def record_to_posts(record: dict, origin: str) -> list[dict]:
                 "accepted_answer_id": record.get("accepted_answer_id", -1), "score": record.get("score", 0),
                 "title": record.get("title", ""), "body": record.get("body", ""), "tags": record.get("tags", []),
                 "creation_date": record.get("creation_date", ""), "line": -1, "origin": origin,
-                "licence": licence_for(record.get("creation_date", ""), record.get("licence")), "failure": ""}
+                "licence": licence_for(record.get("creation_date", ""), record.get("licence")), "failure": "",
+                "author_id": record.get("author_id"), "author": record.get("author", "")}
     rows = [question]
     for answer in record.get("answers", []):
         rows.append({"site": site, "id": answer["id"], "post_type": ANSWER, "parent_id": qid,
                      "accepted_answer_id": -1, "score": answer.get("score", 0), "title": "",
                      "body": answer.get("body", ""), "tags": [], "creation_date": answer.get("creation_date", ""),
                      "line": -1, "origin": origin,
-                     "licence": licence_for(answer.get("creation_date", ""), answer.get("licence")), "failure": ""})
+                     "licence": licence_for(answer.get("creation_date", ""), answer.get("licence")), "failure": "",
+                     "author_id": answer.get("author_id"), "author": answer.get("author", "")})
     return rows
 
 
 def failure_row(url: str, reason: str, site: str = "") -> dict:
     return {"site": site, "id": -1, "post_type": FETCH_FAILED, "parent_id": -1, "accepted_answer_id": -1,
             "score": 0, "title": "", "body": "", "tags": [], "creation_date": "", "line": -1, "origin": url,
-            "licence": "", "failure": reason or "failed"}
+            "licence": "", "failure": reason or "failed", "author_id": None, "author": ""}
 
 
 @dataclass

@@ -12,6 +12,27 @@ import os
 import sys
 
 
+# Memory allocators for Ray workers. With Arrow's default (mimalloc) and glibc's arena per thread, a worker
+# that has run a few large tasks keeps their memory while idle: measured on a 500k-post StackExchangeQA build
+# (bench/stackexchangeqa.py), idle workers held 1,160 MB of heap; with these, 170 MB, and the build ran 8%
+# faster. Variables a job already sets win.
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
+
+
+def worker_env() -> dict[str, str]:
+    """WORKER_ENV less what this process's environment (for a submitted job, its runtime env) already sets."""
+    return {k: v for k, v in WORKER_ENV.items() if k not in os.environ}
+
+
+def init_local_ray(**kwargs) -> None:
+    """`ray.init` of a private local instance whose workers use WORKER_ENV (they inherit the raylet's
+    environment, which is this process's)."""
+    import ray
+
+    os.environ.update(worker_env())
+    ray.init(**kwargs)
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, quiet: bool = True):
     import ray
@@ -21,9 +42,12 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True):
     if not ray.is_initialized():
         kwargs = {"include_dashboard": False, "logging_level": logging.WARNING} if quiet else {}
         if os.environ.get("RAY_ADDRESS"):
-            ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING)
+            # Ray merges this with the submitted job's runtime env; worker_env() leaves out what the job set,
+            # so the two never conflict.
+            ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING,
+                     runtime_env={"env_vars": worker_env()})
         else:
-            ray.init(num_cpus=num_cpus, **kwargs)
+            init_local_ray(num_cpus=num_cpus, **kwargs)
             started = True
     context = DataContext.get_current()
     context.enable_progress_bars = sys.stderr.isatty()

@@ -50,6 +50,7 @@ def card_json(stats: dict) -> dict:
                           "positive_share": round(pairs["positive"] / pairs["total"], 4) if pairs["total"] else 0.0},
         "lengths_in_words": stats.get("lengths", {}),
         "licences": stats.get("licences", {}),
+        "attribution": stats.get("attribution", {}),
         "config": stats.get("config", {}),
         "drop_reasons": stats.get("drop_reasons", {}),
     }
@@ -109,9 +110,16 @@ def card_markdown(card: dict) -> str:
     out += ["## Licence and attribution", "",
             "All text is user contributions to Stack Exchange sites, licensed under Creative Commons "
             "Attribution-ShareAlike (the version depends on the post date; counts below). Anything built from "
-            "this data must be shared under the same licence and must attribute the authors: every row's `qid` "
-            "and `aid` (`site:id`) point at the original posts, `https://SITE/q/ID` and `https://SITE/a/ID`, "
-            "where the authors are credited. See https://stackoverflow.com/help/licensing.", ""]
+            "this data must be shared under the same licence and must attribute the authors: link each post and "
+            "name its author with a link to their profile. `attribution/*.parquet` has one row per post whose "
+            "text can appear in the shards (`id` is the pairs' `qid`/`aid`): its URL (`https://SITE/q/ID`, "
+            "`https://SITE/a/ID`), author name and id, profile URL and licence. Dumps name only deleted users "
+            "(the others are ids, whose names are in the dump's Users.xml); the API and pages give names. "
+            "See https://stackoverflow.com/help/licensing.", ""]
+    attribution = card.get("attribution") or {}
+    if attribution:
+        out += [f"Attribution rows: {attribution['posts']:,}; without a named or identified author (deleted "
+                f"users, community wikis): {attribution['without_author']:,}.", ""]
     if licences:
         out += [_table(["licence", "posts kept"], [[k, v] for k, v in licences.items()]), ""]
     cfg = card["config"]

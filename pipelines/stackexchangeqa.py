@@ -202,6 +202,7 @@ THREAD_ROWS = pa.schema(
         ("score", pa.int32()), ("accepted", pa.bool_()), ("lang_by", pa.string()), ("origin", pa.string()),
         ("detail", pa.string()),  # fetch failure reason, kept duplicate's id, or the overlapped test sets
         ("tags", pa.list_(pa.string())), ("licence", pa.string()),
+        ("author_id", pa.int64()), ("author", pa.string()),
     ]
 )
 
@@ -231,8 +232,8 @@ def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev
         return {"site": site, "qid": qid, "aid": aid, "role": role, "status": status, "split": split,
                 "question": question, "answer": answer, "score": row["score"], "accepted": accepted,
                 "lang_by": row["lang_by"], "origin": row["origin"], "detail": detail_of(row, status),
-                "licence": row["licence"] or "",
-                "tags": thread_tags}
+                "licence": row["licence"] or "", "author_id": row.get("author_id"),
+                "author": row.get("author") or "", "tags": thread_tags}
 
     def detail_of(row, status) -> str:
         if status == "fetch_failed":
@@ -497,8 +498,38 @@ class _Stages:
         self.last = now
 
 
+# One row per post whose text can reach the shards (kept questions, and answers that are positives or
+# negative candidates), with what CC BY-SA attribution needs: the post's link, its author and licence.
+ATTRIBUTION = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),  # "<site>:<post id>", as `qid`/`aid` in the pairs
+        pa.field("kind", pa.string(), nullable=False),  # question or answer
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("author", pa.string(), nullable=False),  # display name; empty where the source gives none
+        pa.field("author_id", pa.int64()),  # null: unknown, deleted user or community wiki; -1 "Community"
+        pa.field("author_url", pa.string(), nullable=False),  # the profile page; empty without an author_id
+        pa.field("licence", pa.string(), nullable=False),
+    ]
+)
+
+
+def attribution_rows(batch: pa.Table) -> pa.Table:
+    """Thread rows (kept questions and pool answers) as ATTRIBUTION rows."""
+    rows = []
+    for r in batch.select(["site", "qid", "aid", "role", "author", "author_id", "licence"]).to_pylist():
+        question = r["role"] == "question"
+        post = r["qid"] if question else r["aid"]
+        number = post.rsplit(":", 1)[1]
+        author_id = r["author_id"]
+        rows.append({"id": post, "kind": r["role"], "author": r["author"] or "", "author_id": author_id,
+                     "url": f"https://{r['site']}/{'q' if question else 'a'}/{number}",
+                     "author_url": f"https://{r['site']}/users/{author_id}" if author_id is not None else "",
+                     "licence": r["licence"] or ""})
+    return pa.Table.from_pylist(rows, schema=ATTRIBUTION)
+
+
 def build(cfg: BuildConfig):
-    """The pairs dataset (QA_PAIRS columns plus `split`) and the post funnel."""
+    """The pairs dataset (QA_PAIRS columns plus `split`), the post funnel, and the attribution rows."""
     from ray.data.expressions import col
 
     stages = _Stages()
@@ -522,7 +553,9 @@ def build(cfg: BuildConfig):
     stats["stage_seconds"] = stages.seconds
     pairs = positives.map_batches(_positive_pairs, batch_format="pyarrow").union(
         negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
-    return pairs, stats
+    attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
+                                 col("status").is_in(list(NEGATIVE_POOL)))
+    return pairs, stats, attribution.map_batches(attribution_rows, batch_format="pyarrow")
 
 
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
@@ -560,6 +593,17 @@ def _count_pairs(batch: pa.Table) -> pa.Table:
     return pa.table({"counts": [json.dumps(counts)]})
 
 
+def _attribution_counts(attribution) -> dict:
+    """Posts in the attribution table, and how many name no author (deleted users, community wikis, sources
+    that give none)."""
+    def count(batch: pa.Table) -> pa.Table:
+        unnamed = pc.and_(pc.equal(batch["author"], ""), pc.is_null(batch["author_id"]))
+        return pa.table({"posts": [batch.num_rows], "unnamed": [int(pc.sum(unnamed).as_py() or 0)]})
+
+    rows = attribution.map_batches(count, batch_format="pyarrow").take_all()
+    return {"posts": sum(r["posts"] for r in rows), "without_author": sum(r["unnamed"] for r in rows)}
+
+
 def _split_counts(pairs, questions_per_split: dict) -> dict:
     """Rows, positives and negatives per split in one pass; questions per split from the funnel."""
     totals: dict[str, int] = {}
@@ -585,7 +629,7 @@ def write(cfg: BuildConfig) -> dict:
 
     started = time.time()
     with staged_dir(cfg.output) as staging:
-        pairs, stats = build(cfg)
+        pairs, stats, attribution = build(cfg)
         stages = _Stages()
         pairs = pairs.materialize()
         splits = _split_counts(pairs, stats.pop("questions_per_split"))
@@ -597,6 +641,10 @@ def write(cfg: BuildConfig) -> dict:
                     .write_parquet(target, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
             os.makedirs(target, exist_ok=True)
             splits[split]["shards"] = len([f for f in os.listdir(target) if f.endswith(".parquet")])
+        attribution = attribution.materialize()
+        attribution.write_parquet(os.path.join(staging, "attribution"), min_rows_per_file=cfg.rows_per_shard,
+                                  compression="zstd")
+        stats["attribution"] = _attribution_counts(attribution)
         stages.done("parquet shards")
         stats["stage_seconds"].update(stages.seconds)
         positive = sum(s["positive"] for s in splits.values())

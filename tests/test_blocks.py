@@ -32,3 +32,20 @@ def test_empty_block_and_memory_release():
                                          "id": pa.array([], pa.int64())}), ["site", "thread"], _summary, OUT
                                ).num_rows == 0
     release_unused_memory()  # safe to call anywhere, any number of times
+
+
+def test_workers_use_the_allocators_that_return_memory(ray_local, monkeypatch):
+    from jobs.ray_env import WORKER_ENV, worker_env
+
+    @ray_local.remote
+    def backend():
+        import os
+
+        import pyarrow as pa
+
+        return pa.default_memory_pool().backend_name, os.environ.get("MALLOC_ARENA_MAX")
+
+    assert ray_local.get(backend.remote()) == ("system", WORKER_ENV["MALLOC_ARENA_MAX"])
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # a job's own setting wins
+    assert worker_env() == {"ARROW_DEFAULT_MEMORY_POOL": "system"}

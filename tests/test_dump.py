@@ -22,6 +22,12 @@ def test_beer_dump_counts_match_provenance(beer_dump):
     answers = [p for p in posts if p["post_type"] == 2]
     assert all(p["parent_id"] > 0 for p in answers) and all(p["title"] == "" for p in answers)
     assert site_name(beer_dump) == "beer.stackexchange.com"
+    # authors, for attribution: a user id on most posts; deleted users keep only a display name
+    assert first["author_id"] == 7 and first["author"] == ""
+    named = {p["id"]: (p["author_id"], p["author"]) for p in posts if p["author"]}
+    assert len(named) == 15 and named[423] == (None, "user150") and named[506] == (352, "CDspace")
+    assert sum(p["author_id"] is not None for p in posts) == 2342  # rows with an OwnerUserId
+    assert sum(p["author_id"] == -1 for p in posts) == 31  # the "Community" user (tag wikis and the like)
 
 
 def test_both_tag_forms():

@@ -80,6 +80,35 @@ def test_shards_schema_and_pairs(built, beer_dump):
     assert not [f for f in os.listdir(os.path.dirname(out)) if ".partial-" in f]
 
 
+def test_every_post_in_the_shards_is_attributed(built, beer_dump):
+    import pyarrow.parquet as pq
+
+    from pipelines.stackexchangeqa import ATTRIBUTION
+
+    out, stats = built
+    table = pq.read_table(os.path.join(out, "attribution"))
+    assert table.schema.equals(ATTRIBUTION, check_metadata=False)
+    rows = {r["id"]: r for r in table.to_pylist()}
+    assert len(rows) == table.num_rows == stats["attribution"]["posts"]  # one row per post
+    owner = {p["id"]: p["author_id"] for p in iter_posts(beer_dump)}
+    used = set()
+    for split in ("train", "dev", "test"):
+        pairs = read_table(os.path.join(out, split), QA_PAIRS)
+        used |= set(pairs.column("qid").to_pylist()) | set(pairs.column("aid").to_pylist())
+    assert used <= set(rows)
+    for post in used:
+        r = rows[post]
+        number = int(post.split(":")[1])
+        assert r["url"] == f"https://beer.stackexchange.com/{'q' if r['kind'] == 'question' else 'a'}/{number}"
+        assert r["author_id"] == owner[number] and r["licence"].startswith("CC BY-SA")
+        assert r["author_url"] == (f"https://beer.stackexchange.com/users/{r['author_id']}"
+                                   if r["author_id"] is not None else "")
+    assert stats["attribution"]["without_author"] == sum(
+        r["author_id"] is None and not r["author"] for r in rows.values())
+    with open(os.path.join(out, "DATA_CARD.md")) as f:
+        assert "attribution/*.parquet" in f.read()
+
+
 def test_overlapping_and_duplicate_answers_are_dropped_and_counted(built, overlap_file):
     out, stats = built
     assert stats["answers"]["dropped"]["answer_overlaps_test_set"] >= 1
