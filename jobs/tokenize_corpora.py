@@ -1,8 +1,11 @@
 """Tokenise a corpus with spaCy into Parquet shards with a vocabulary and a manifest.
 
-    python jobs/tokenize_corpora.py --dataset stackexchangeqa --input DIR --output DIR
+    python jobs/tokenize_corpora.py --dataset NAME --input PATH --output DIR
 
-Reads INPUT/{train,dev,test}/*.parquet (as written by jobs/build_stackexchangeqa.py), writes
+NAME stackexchangeqa reads INPUT/{train,dev,test}/*.parquet (as written by jobs/build_stackexchangeqa.py);
+wikiqa and trecqa read the published files (pipelines/readers.py: the WikiQA TSVs; TrecQA's jacana XML or
+castorini folders), print the split sizes found beside the published ones, and record both in the manifest.
+Writes
 OUTPUT/{split}/*.parquet (the TOKENISED_PAIRS schema), OUTPUT/vocab.json (counted on train only) and
 OUTPUT/manifest.json: {"splits": {SPLIT: {"questions": N, "rows": N, "positive": N, "files": [...]}}, ...}.
 """
@@ -19,7 +22,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 
 from pipelines.tokenize import TokenizeConfig
 
-DATASETS = ("stackexchangeqa",)  # the other corpora arrive with their readers
+DATASETS = ("stackexchangeqa", "wikiqa", "trecqa")  # the other corpora arrive with their readers
 
 
 def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
@@ -30,11 +33,19 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p.add_argument("--min-count", type=int, default=1, help="tokens seen fewer times in train map to <unk>")
     p.add_argument("--max-vocab", type=int, default=100_000, help="vocabulary size cap, reserved ids included")
     p.add_argument("--cased", action="store_true", help="keep case (default: lower-case tokens)")
+    p.add_argument("--raw", action="store_true",
+                   help="published sets: keep every question (default: the papers' clean splits, e.g. WikiQA "
+                        "without questions that have no correct answer, TrecQA dev/test without all-positive or "
+                        "all-negative questions)")
+    p.add_argument("--skip-bad-records", action="store_true",
+                   help="published sets: skip malformed records and list them in the manifest (default: stop "
+                        "with an error naming the file and line)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
-                         max_vocab=args.max_vocab, lowercase=not args.cased)
+                         max_vocab=args.max_vocab, lowercase=not args.cased,
+                         clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise")
     return cfg, args
 
 

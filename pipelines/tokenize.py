@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -122,6 +123,8 @@ class TokenizeConfig:
     max_vocab: int | None = 100_000
     lowercase: bool = True
     rows_per_shard: int = 100_000
+    clean: bool = True  # published sets: the papers' filtered splits (see pipelines/readers)
+    on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
 
 
 def _sha256(path: str) -> str:
@@ -132,18 +135,49 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def tokenised_splits(cfg: TokenizeConfig) -> dict:
-    """Lazy tokenised datasets per split present under `cfg.input`, plus the vocabulary from train."""
+def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
+    """The pairs of every split as Ray datasets, and what the reader found (sizes against the published ones,
+    records skipped, questions filtered); for StackExchangeQA, our own `{train,dev,test}/*.parquet`."""
     import ray.data
 
-    splits = [s for s in ("train", "dev", "test") if os.path.isdir(os.path.join(cfg.input, s))]
-    if "train" not in splits:
-        raise FileNotFoundError(f"{cfg.input}: no train/ split (expected {{train,dev,test}}/*.parquet)")
+    if cfg.dataset == "stackexchangeqa":
+        splits = [s for s in ("train", "dev", "test") if os.path.isdir(os.path.join(cfg.input, s))]
+        if "train" not in splits:
+            raise FileNotFoundError(f"{cfg.input}: no train/ split (expected {{train,dev,test}}/*.parquet)")
+        datasets = {}
+        for split in splits:
+            files = parquet_files(os.path.join(cfg.input, split))
+            check_parquet_files(files, QA_PAIRS)
+            datasets[split] = ray.data.read_parquet(files, schema=QA_PAIRS)
+        return datasets, {}
+    from pipelines.readers import READERS
+
+    if cfg.dataset not in READERS:
+        raise ValueError(f"unknown dataset {cfg.dataset!r}: one of stackexchangeqa, {', '.join(READERS)}")
+    corpus = READERS[cfg.dataset](cfg.input, clean=cfg.clean, on_error=cfg.on_error)
+    print(corpus.summary(), file=sys.stderr, flush=True)
+    if "train" not in corpus.splits:
+        raise FileNotFoundError(f"{cfg.input}: {cfg.dataset} has no train split (found {', '.join(corpus.splits)})")
+    datasets = {}
+    for split, table in corpus.splits.items():
+        pieces = max(1, -(-table.num_rows // 4096))  # blocks of ~4k pairs, so the stage runs in parallel
+        step = -(-table.num_rows // pieces)
+        datasets[split] = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)]
+                                              or [table])
+    found = {"sizes": {s: {"questions": q, "pairs": n} for s, (q, n) in corpus.sizes().items()},
+             "differences_from_published": corpus.check_sizes(), "clean": corpus.clean,
+             "questions_filtered": corpus.dropped_by_filter, "skipped": corpus.skipped}
+    return datasets, found
+
+
+def tokenised_splits(cfg: TokenizeConfig, datasets: dict | None = None) -> dict:
+    """Lazy tokenised datasets per split."""
+    import ray.data
+
+    if datasets is None:
+        datasets, _ = input_splits(cfg)
     tokenised = {}
-    for split in splits:
-        files = parquet_files(os.path.join(cfg.input, split))
-        check_parquet_files(files, QA_PAIRS)
-        ds = ray.data.read_parquet(files, schema=QA_PAIRS)
+    for split, ds in datasets.items():
         tokenised[split] = ds.map_batches(SpacyTokenizer, batch_format="pyarrow", batch_size=1024,
                                           fn_constructor_kwargs={"lowercase": cfg.lowercase},
                                           compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2))
@@ -170,12 +204,13 @@ def write(cfg: TokenizeConfig) -> dict:
     from ray.data.aggregate import Count, Sum
 
     with staged_dir(cfg.output) as staging:
-        tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg).items()}
+        datasets, found = input_splits(cfg)
+        tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
         vocab = build_vocabulary(tokenised["train"], cfg)
         vocab.save(os.path.join(staging, "vocab.json"))
         manifest = {"dataset": cfg.dataset, "schema": "tokenised_pairs", "tokenizer": "spacy.blank('en')",
                     "lowercase": cfg.lowercase, "vocab": "vocab.json", "vocab_size": len(vocab),
-                    "reserved": list(RESERVED), "config": asdict(cfg), "splits": {}}
+                    "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
         for split, ds in tokenised.items():
             ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
                                  compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()

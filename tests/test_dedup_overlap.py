@@ -76,3 +76,33 @@ def test_overlap_with_real_test_sets(wikiqa_index):
 def test_unknown_test_set_name_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="unknown test set 'squad'"):
         reference_index({"squad": str(tmp_path)})
+
+
+def test_insuranceqa_test_pools_read_through_the_vocabulary(shared_data, tmp_path):
+    """InsuranceQA's test1/test2 pools and answers file are not in ../shared/data; the test pools have the
+    dev pool's published layout (`labels<TAB>question ids<TAB>pool`), so the real dev pool stands in for
+    test1 under its name, and two answer lines are written by hand in the published answers layout."""
+    import gzip
+
+    from pipelines.overlap import insuranceqa_texts
+
+    source = os.path.join(shared_data, "insuranceqa_v1_incomplete")
+    if not os.path.isdir(source):
+        pytest.skip(f"{source} not found")
+    folder = tmp_path / "insuranceqa"
+    folder.mkdir()
+    os.symlink(os.path.join(source, "vocabulary.gz"), folder / "vocabulary.gz")
+    os.symlink(os.path.join(source, "question.dev.label.token_idx.pool.gz"),
+               folder / "question.test1.label.token_idx.pool.gz")
+    with pytest.raises(FileNotFoundError, match="no InsuranceQA test file"):
+        list(insuranceqa_texts(str(source)))  # train and dev only: no test set to exclude
+    with gzip.open(os.path.join(source, "vocabulary.gz"), "rt", encoding="utf-8") as f:
+        vocab = dict(line.rstrip("\n").split("\t", 1) for line in f)
+    with gzip.open(os.path.join(source, "question.dev.label.token_idx.pool.gz"), "rt", encoding="utf-8") as f:
+        first = f.readline().split("\t")[1]
+    texts = list(insuranceqa_texts(str(folder)))
+    assert len(texts) == 1000  # PROVENANCE: 1,000 pooled questions
+    assert texts[0] == " ".join(vocab[i] for i in first.split())
+    (folder / "answers.label.token_idx").write_text("1\tidx_1 idx_2\n2\tidx_3\n")
+    texts = list(insuranceqa_texts(str(folder)))
+    assert len(texts) == 1002 and texts[-1] == vocab["idx_3"]

@@ -1,0 +1,308 @@
+"""Readers for the answer-selection sets in their published formats, each checked against published sizes.
+
+Every reader returns `{split: pa.Table}` in the PAIRS shape (qid, question, aid, answer, label), candidates in
+file order. Bad input raises `ReaderError` naming the file and line; with `on_error="skip"` the bad record is
+skipped and counted instead (`Corpus.skipped`), never dropped silently.
+
+- WikiQA (Yang et al. 2015): the original `WikiQA-{train,dev,test}.tsv` (CRLF, a header, no quoting: sentences
+  hold bare `"`). `clean=True` (the papers' setting) keeps questions with at least one correct answer:
+  873/126/243 questions, 8,672/1,130/2,351 pairs.
+- TrecQA (Wang et al. 2007, Yao et al. 2013): the jacana pseudo-XML (`TRAIN.xml`, `DEV.xml`, `TEST.xml`,
+  `TRAIN-ALL.xml` when there; five tab-separated lines per sentence of which the first is the tokens), or the
+  tokenised castorini layout (`train/`, `raw-dev/`, `clean-test/`, ...: line-aligned `a.toks`, `b.toks`,
+  `sim.txt`, `id.txt`). `clean=True` drops dev/test questions whose candidates are all positive or all
+  negative: 65/68 questions, 1,117/1,442 pairs.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+PAIRS = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),
+        pa.field("question", pa.string(), nullable=False),
+        pa.field("aid", pa.string(), nullable=False),
+        pa.field("answer", pa.string(), nullable=False),
+        pa.field("label", pa.int8(), nullable=False),
+    ]
+)
+
+# Published split sizes: (questions, pairs). Sources: the WikiQA paper and the castorini/jacana releases as
+# counted in ../shared/data/*/PROVENANCE.md; TrecQA clean dev/test as in Rao et al. 2016.
+PUBLISHED = {
+    ("wikiqa", True): {"train": (873, 8_672), "dev": (126, 1_130), "test": (243, 2_351)},
+    ("wikiqa", False): {"train": (2_118, 20_360), "dev": (296, 2_733), "test": (633, 6_165)},
+    ("trecqa", True): {"train": (94, 4_718), "train-all": (1_229, 53_417), "dev": (65, 1_117),
+                       "test": (68, 1_442)},
+    ("trecqa", False): {"train": (94, 4_718), "train-all": (1_229, 53_417), "dev": (82, 1_148),
+                        "test": (100, 1_517)},
+}
+
+
+class ReaderError(ValueError):
+    """A corpus file that does not match its published format; the message names the file and line."""
+
+
+@dataclass
+class Corpus:
+    name: str
+    splits: dict[str, pa.Table]
+    skipped: list[str] = field(default_factory=list)  # "file:line: reason" for each record skipped
+    dropped_by_filter: dict[str, int] = field(default_factory=dict)  # questions removed by `clean`, per split
+    clean: bool = True
+    # Questions the file lists with no candidate at all (jacana TrecQA has some): not in the pairs, but in
+    # the published question counts.
+    without_candidates: dict[str, int] = field(default_factory=dict)
+
+    def sizes(self) -> dict[str, tuple[int, int]]:
+        """(questions, pairs) per split; questions include those listed without candidates."""
+        return {split: (len(set(t.column("qid").to_pylist())) + self.without_candidates.get(split, 0), t.num_rows)
+                for split, t in self.splits.items()}
+
+    def check_sizes(self) -> list[str]:
+        """Differences from the published sizes, one line each (empty when every split matches)."""
+        published = PUBLISHED.get((self.name, self.clean), {})
+        problems = []
+        for split, (questions, pairs) in self.sizes().items():
+            if split in published and published[split] != (questions, pairs):
+                want = published[split]
+                problems.append(f"{self.name} {split}: {questions:,} questions / {pairs:,} pairs, published "
+                                f"{want[0]:,} / {want[1]:,}")
+        return problems
+
+    def summary(self) -> str:
+        published = PUBLISHED.get((self.name, self.clean), {})
+        lines = []
+        for split, (questions, pairs) in self.sizes().items():
+            want = published.get(split)
+            mark = "" if want is None else " (as published)" if want == (questions, pairs) else \
+                f" (published {want[0]:,} / {want[1]:,})"
+            lines.append(f"{self.name} {split}: {questions:,} questions, {pairs:,} pairs{mark}")
+        if self.skipped:
+            lines.append(f"{self.name}: {len(self.skipped)} bad records skipped, first: {self.skipped[0]}")
+        return "\n".join(lines)
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def _find(folder: str, name: str) -> str | None:
+    for candidate in (name, name + ".gz"):
+        path = os.path.join(folder, candidate)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=PAIRS)
+
+
+class _Errors:
+    def __init__(self, on_error: str):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.on_error, self.skipped = on_error, []
+
+    def __call__(self, where: str, reason: str) -> None:
+        if self.on_error == "raise":
+            raise ReaderError(f"{where}: {reason}")
+        self.skipped.append(f"{where}: {reason}")
+
+
+def _keep_clean(rows: list[dict], drop_all_positive: bool) -> tuple[list[dict], int]:
+    """Questions with at least one positive (and, when `drop_all_positive`, at least one negative)."""
+    labels: dict[str, set[int]] = {}
+    for r in rows:
+        labels.setdefault(r["qid"], set()).add(r["label"])
+    keep = {q for q, seen in labels.items() if 1 in seen and (0 in seen or not drop_all_positive)}
+    return [r for r in rows if r["qid"] in keep], len(labels) - len(keep)
+
+
+# --------------------------------------------------------------------------------------------------- WikiQA
+_WIKIQA_HEADER = ["QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label"]
+
+
+def read_wikiqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """`path`: the folder with `WikiQA-{train,dev,test}.tsv` (or `.tsv.gz`), or one of those files."""
+    files = {}
+    if os.path.isfile(path):
+        match = re.search(r"WikiQA-(train|dev|test)\.tsv", os.path.basename(path))
+        if not match:
+            raise ReaderError(f"{path}: not a WikiQA-{{train,dev,test}}.tsv file")
+        files[match.group(1)] = path
+    else:
+        for split in ("train", "dev", "test"):
+            found = _find(path, f"WikiQA-{split}.tsv")
+            if found:
+                files[split] = found
+        if not files:
+            raise FileNotFoundError(f"{path}: no WikiQA-{{train,dev,test}}.tsv(.gz) found")
+    errors = _Errors(on_error)
+    corpus = Corpus("wikiqa", {}, clean=clean)
+    for split, file in files.items():
+        rows = []
+        with _open_text(file) as f:
+            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            header = next(reader, None)
+            if header != _WIKIQA_HEADER:
+                raise ReaderError(f"{file}: line 1: header {header!r}, expected {_WIKIQA_HEADER}")
+            for number, fields in enumerate(reader, start=2):
+                where = f"{file}: line {number}"
+                if len(fields) != len(_WIKIQA_HEADER):
+                    errors(where, f"{len(fields)} columns, expected {len(_WIKIQA_HEADER)}")
+                    continue
+                qid, question, _, _, sid, sentence, label = fields
+                if label not in ("0", "1"):
+                    errors(where, f"label {label!r} is not 0 or 1")
+                    continue
+                if not question.strip() or not sentence.strip():
+                    errors(where, "empty question or sentence")
+                    continue
+                rows.append({"qid": qid, "question": question, "aid": sid, "answer": sentence, "label": int(label)})
+        if clean:
+            rows, dropped = _keep_clean(rows, drop_all_positive=False)
+            corpus.dropped_by_filter[split] = dropped
+        corpus.splits[split] = _table(rows)
+    corpus.skipped = errors.skipped
+    return corpus
+
+
+# --------------------------------------------------------------------------------------------------- TrecQA
+_JACANA_FILES = {"train": "TRAIN.xml", "train-all": "TRAIN-ALL.xml", "dev": "DEV.xml", "test": "TEST.xml"}
+_CASTORINI_DIRS = {"train": ["train"], "train-all": ["train-all"], "dev": ["clean-dev", "raw-dev"],
+                   "test": ["clean-test", "raw-test"]}
+
+
+def _jacana_questions(file: str, errors: _Errors) -> tuple[list[dict], int]:
+    """One jacana file: rows of every `<QApairs>` block (text is the first line of each 5-line element), and
+    how many blocks had no candidate."""
+    rows: list[dict] = []
+    empty = 0
+    qid = question = None
+    element = None  # "question", "positive" or "negative" while inside one
+    first_line = None
+    count = 0
+    in_block = False
+    with _open_text(file) as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            where = f"{file}: line {number}"
+            opening = re.fullmatch(r"<QApairs id=['\"]([^'\"]+)['\"]>", line)
+            if opening:
+                if in_block:
+                    errors(where, f"<QApairs> opened before question {qid} was closed")
+                qid, question, in_block, count = opening.group(1), None, True, 0
+                continue
+            if line == "</QApairs>":
+                if not in_block:
+                    errors(where, "</QApairs> without an opening tag")
+                elif count == 0:
+                    empty += 1
+                in_block = False
+                continue
+            tag = re.fullmatch(r"<(/?)(question|positive|negative)>", line)
+            if tag:
+                closing, name = tag.group(1) == "/", tag.group(2)
+                if not in_block:
+                    errors(where, f"<{name}> outside a <QApairs> block")
+                    continue
+                if not closing:
+                    element, first_line = name, None
+                    continue
+                if element != name:
+                    errors(where, f"</{name}> closes <{element}>")
+                    element = None
+                    continue
+                text = " ".join((first_line or "").split("\t")).strip()
+                element = None
+                if not text:
+                    errors(where, f"empty <{name}> in question {qid}")
+                    continue
+                if name == "question":
+                    question = text
+                elif question is None:
+                    errors(where, f"a candidate before the question in block {qid}")
+                else:
+                    count += 1
+                    rows.append({"qid": qid, "question": question, "aid": f"{qid}-{count}", "answer": text,
+                                 "label": int(name == "positive")})
+                continue
+            if element is not None and first_line is None:
+                first_line = line
+            elif element is None and line.strip():
+                errors(where, f"unexpected line outside an element: {line[:60]!r}")
+    if in_block or element is not None:
+        errors(f"{file}: end", f"file ends inside question {qid} (truncated?)")
+    return rows, empty
+
+
+def _castorini_split(folder: str, errors: _Errors) -> list[dict]:
+    paths = {name: os.path.join(folder, name) for name in ("a.toks", "b.toks", "sim.txt", "id.txt")}
+    for name, p in paths.items():
+        if not os.path.isfile(p):
+            raise ReaderError(f"{folder}: {name} missing (castorini layout: a.toks, b.toks, sim.txt, id.txt)")
+    columns = {}
+    for name, p in paths.items():
+        with open(p, encoding="utf-8", newline="") as f:
+            columns[name] = f.read().splitlines()
+    lengths = {name: len(v) for name, v in columns.items()}
+    if len(set(lengths.values())) != 1:
+        raise ReaderError(f"{folder}: files are not line-aligned: {lengths}")
+    rows, per_question = [], {}
+    for i, (q, a, sim, qid) in enumerate(zip(columns["a.toks"], columns["b.toks"], columns["sim.txt"],
+                                             columns["id.txt"])):
+        where = f"{paths['sim.txt']}: line {i + 1}"
+        if sim.strip() not in ("0", "1"):
+            errors(where, f"label {sim!r} is not 0 or 1")
+            continue
+        qid = qid.strip()
+        per_question[qid] = per_question.get(qid, 0) + 1
+        rows.append({"qid": qid, "question": q.strip(), "aid": f"{qid}-{per_question[qid]}", "answer": a.strip(),
+                     "label": int(sim.strip())})
+    return rows
+
+
+def read_trecqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """`path`: a folder with the jacana files (`TRAIN.xml`, `DEV.xml`, `TEST.xml`, optionally `TRAIN-ALL.xml`,
+    plain or .gz) or the castorini folders (`train/`, `clean-dev/` or `raw-dev/`, ...). With castorini folders,
+    `clean` picks `clean-*` over `raw-*` (and filters `raw-*` when only those are there)."""
+    errors = _Errors(on_error)
+    corpus = Corpus("trecqa", {}, clean=clean)
+    jacana = {split: _find(path, name) for split, name in _JACANA_FILES.items()}
+    jacana = {split: file for split, file in jacana.items() if file}
+    if jacana:
+        for split, file in jacana.items():
+            rows, empty = _jacana_questions(file, errors)
+            if clean and split in ("dev", "test"):
+                rows, dropped = _keep_clean(rows, drop_all_positive=True)
+                corpus.dropped_by_filter[split] = dropped + empty
+            elif empty:
+                corpus.without_candidates[split] = empty
+            corpus.splits[split] = _table(rows)
+    else:
+        for split, names in _CASTORINI_DIRS.items():
+            choices = names if clean else list(reversed(names))
+            folder = next((os.path.join(path, n) for n in choices if os.path.isdir(os.path.join(path, n))), None)
+            if folder is None:
+                continue
+            rows = _castorini_split(folder, errors)
+            if clean and split in ("dev", "test") and os.path.basename(folder).startswith("raw"):
+                rows, corpus.dropped_by_filter[split] = _keep_clean(rows, drop_all_positive=True)
+            corpus.splits[split] = _table(rows)
+    if not corpus.splits:
+        raise FileNotFoundError(f"{path}: no TrecQA files (jacana TRAIN/DEV/TEST.xml or castorini train/, dev/...)")
+    corpus.skipped = errors.skipped
+    return corpus
+
+
+READERS = {"wikiqa": read_wikiqa, "trecqa": read_trecqa}

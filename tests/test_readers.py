@@ -1,0 +1,127 @@
+"""Answer-selection readers on the real published files: split sizes against the published figures, exact
+records, the two TrecQA layouts against each other, and malformed input (a clear error, or a counted skip)."""
+from __future__ import annotations
+
+import gzip
+import os
+
+import pytest
+
+from pipelines.readers import ReaderError, read_trecqa, read_wikiqa
+
+
+@pytest.fixture(scope="module")
+def wikiqa_dir(shared_data):
+    path = os.path.join(shared_data, "wikiqa")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not found")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trecqa_dir(shared_data):
+    path = os.path.join(shared_data, "trecqa")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def test_wikiqa_clean_and_raw_sizes_are_the_published_ones(wikiqa_dir):
+    clean = read_wikiqa(wikiqa_dir)
+    assert clean.sizes() == {"train": (873, 8_672), "dev": (126, 1_130), "test": (243, 2_351)}
+    assert clean.check_sizes() == [] and "as published" in clean.summary()
+    assert clean.dropped_by_filter == {"train": 2_118 - 873, "dev": 296 - 126, "test": 633 - 243}
+    raw = read_wikiqa(wikiqa_dir, clean=False)
+    assert raw.sizes() == {"train": (2_118, 20_360), "dev": (296, 2_733), "test": (633, 6_165)}
+
+
+def test_wikiqa_records_are_exact_and_quotes_are_not_quoting(wikiqa_dir):
+    corpus = read_wikiqa(wikiqa_dir)
+    first = corpus.splits["train"].slice(0, 1).to_pylist()[0]
+    assert first == {"qid": "Q1", "question": "how are glacier caves formed?", "aid": "D1-0",
+                     "answer": "A partly submerged glacier cave on Perito Moreno Glacier .", "label": 0}
+    test = {r["aid"]: r for r in corpus.splits["test"].to_pylist()}
+    assert test["D33-3"]["answer"].startswith('Each tip of the "Y" of an antibody') and test["D33-3"]["label"] == 1
+    assert not any("\r" in r["answer"] for r in test.values())  # CRLF files
+
+
+def test_trecqa_jacana_sizes_and_questions_without_candidates(trecqa_dir):
+    clean = read_trecqa(os.path.join(trecqa_dir, "jacana_xml"))
+    assert clean.sizes() == {"train": (94, 4_718), "dev": (65, 1_117), "test": (68, 1_442)}
+    assert clean.check_sizes() == []
+    raw = read_trecqa(os.path.join(trecqa_dir, "jacana_xml"), clean=False)
+    assert raw.sizes() == {"train": (94, 4_718), "dev": (82, 1_148), "test": (100, 1_517)}
+    assert raw.without_candidates == {"train": 1, "dev": 1, "test": 5}
+    positives = {s: sum(raw.splits[s].column("label").to_pylist()) for s in raw.splits}
+    assert positives == {"train": 348, "dev": 222, "test": 284}  # PROVENANCE.md
+
+
+def test_trecqa_both_layouts_give_the_same_pairs(trecqa_dir):
+    jacana = read_trecqa(os.path.join(trecqa_dir, "jacana_xml"))
+    castorini = read_trecqa(os.path.join(trecqa_dir, "castorini_toks"))
+    for split in ("train", "dev", "test"):
+        a, b = jacana.splits[split].to_pylist(), castorini.splits[split].to_pylist()
+        assert [(r["qid"], r["aid"], r["label"]) for r in a] == [(r["qid"], r["aid"], r["label"]) for r in b]
+        assert all(x["answer"].lower() == y["answer"] and x["question"].lower() == y["question"]
+                   for x, y in zip(a, b)), split
+    # the tokenised layout leaves out the question with no candidates, and the check says so
+    assert castorini.check_sizes() == ["trecqa train: 93 questions / 4,718 pairs, published 94 / 4,718"]
+
+
+def _wikiqa_file(tmp_path, lines):
+    header = "QuestionID\tQuestion\tDocumentID\tDocumentTitle\tSentenceID\tSentence\tLabel"
+    path = tmp_path / "WikiQA-dev.tsv"
+    path.write_text("\r\n".join([header] + lines) + "\r\n")
+    return str(path)
+
+
+def test_malformed_wikiqa_rows_name_file_and_line_or_are_counted(tmp_path):
+    good = "Q1\twhat is x?\tD1\tX\tD1-0\tX is a letter.\t1"
+    path = _wikiqa_file(tmp_path, [good, "Q1\twhat is x?\tD1\tX\tD1-1\tX is", "Q2\ty?\tD2\tY\tD2-0\tY.\tyes"])
+    with pytest.raises(ReaderError, match=r"WikiQA-dev.tsv: line 3: 6 columns, expected 7"):
+        read_wikiqa(path)
+    corpus = read_wikiqa(path, on_error="skip")
+    assert corpus.splits["dev"].num_rows == 1
+    assert [s.split(": ", 1)[1] for s in corpus.skipped] == ["line 3: 6 columns, expected 7",
+                                                            "line 4: label 'yes' is not 0 or 1"]
+    (tmp_path / "WikiQA-test.tsv").write_text("Question\tSentence\n")
+    with pytest.raises(ReaderError, match="line 1: header"):
+        read_wikiqa(str(tmp_path / "WikiQA-test.tsv"))
+
+
+def test_truncated_jacana_file_is_an_error_naming_it(trecqa_dir, tmp_path):
+    with gzip.open(os.path.join(trecqa_dir, "jacana_xml", "DEV.xml.gz"), "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    (tmp_path / "DEV.xml").write_text("\n".join(lines[:-3]) + "\n")  # cut inside the last block
+    with pytest.raises(ReaderError, match=r"DEV.xml: end: file ends inside question"):
+        read_trecqa(str(tmp_path))
+    corpus = read_trecqa(str(tmp_path), clean=False, on_error="skip")
+    assert len(corpus.skipped) == 1 and corpus.splits["dev"].num_rows == 1_148 - 1  # the cut candidate
+
+
+def test_missing_corpus_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no WikiQA"):
+        read_wikiqa(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no TrecQA files"):
+        read_trecqa(str(tmp_path))
+
+
+def test_tokenised_wikiqa_manifest_has_the_published_sizes(wikiqa_dir, ray_local, tmp_path):
+    import json
+
+    from pipelines.schemas import TOKENISED_PAIRS, read_table
+    from pipelines.tokenize import SpacyTokenizer, TokenizeConfig, Vocabulary, write
+
+    out = str(tmp_path / "wikiqa")
+    manifest = write(TokenizeConfig(dataset="wikiqa", input=wikiqa_dir, output=out))
+    sizes = {s: (v["questions"], v["rows"]) for s, v in manifest["splits"].items()}
+    assert sizes == {"train": (873, 8_672), "dev": (126, 1_130), "test": (243, 2_351)}
+    assert manifest["reader"]["differences_from_published"] == [] and manifest["reader"]["skipped"] == []
+    with open(os.path.join(out, "manifest.json")) as f:
+        assert json.load(f)["splits"]["dev"]["rows"] == 1_130
+    vocab = Vocabulary.load(os.path.join(out, "vocab.json"))
+    dev = read_table(os.path.join(out, "dev"), TOKENISED_PAIRS).to_pylist()
+    tokenizer = SpacyTokenizer()
+    for row in dev[:50]:
+        assert row["question_ids"] == vocab.ids(tokenizer.tokenize([row["question"]])[0])
+        assert row["answer_ids"] == vocab.ids(tokenizer.tokenize([row["answer"]])[0])
