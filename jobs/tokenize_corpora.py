@@ -3,8 +3,8 @@
     python jobs/tokenize_corpora.py --dataset NAME --input PATH --output DIR
 
 NAME stackexchangeqa reads INPUT/{train,dev,test}/*.parquet (as written by jobs/build_stackexchangeqa.py);
-wikiqa and trecqa read the published files (pipelines/readers.py: the WikiQA TSVs; TrecQA's jacana XML or
-castorini folders), print the split sizes found beside the published ones, and record both in the manifest.
+wikiqa, trecqa and semeval-ql read the published files (pipelines/readers.py: the WikiQA TSVs; TrecQA's
+jacana XML or castorini folders; the SemEval-2016 Task 3 XML), print the split sizes found beside the published ones, and record both in the manifest.
 Writes
 OUTPUT/{split}/*.parquet (the TOKENISED_PAIRS schema), OUTPUT/vocab.json (counted on train only) and
 OUTPUT/manifest.json: {"splits": {SPLIT: {"questions": N, "rows": N, "positive": N, "files": [...]}}, ...}.
@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 
 from pipelines.tokenize import TokenizeConfig
 
-DATASETS = ("stackexchangeqa", "wikiqa", "trecqa")  # the other corpora arrive with their readers
+DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "semeval-ql")  # the other corpora arrive with their readers
 
 
 def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
@@ -37,6 +37,9 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
                    help="published sets: keep every question (default: the papers' clean splits, e.g. WikiQA "
                         "without questions that have no correct answer, TrecQA dev/test without all-positive or "
                         "all-negative questions)")
+    p.add_argument("--semeval-task", choices=("A", "C"), default="A",
+                   help="semeval-ql: A, comments against their thread's question (the CTRN paper's QatarLiving); "
+                        "C, against the original question")
     p.add_argument("--skip-bad-records", action="store_true",
                    help="published sets: skip malformed records and list them in the manifest (default: stop "
                         "with an error naming the file and line)")
@@ -45,7 +48,8 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     args = p.parse_args(argv)
     cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
                          max_vocab=args.max_vocab, lowercase=not args.cased,
-                         clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise")
+                         clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
+                         semeval_task=args.semeval_task)
     return cfg, args
 
 

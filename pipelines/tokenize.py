@@ -125,6 +125,7 @@ class TokenizeConfig:
     rows_per_shard: int = 100_000
     clean: bool = True  # published sets: the papers' filtered splits (see pipelines/readers)
     on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
+    semeval_task: str = "A"  # semeval-ql: "A" (comments against their thread's question) or "C"
 
 
 def _sha256(path: str) -> str:
@@ -154,7 +155,8 @@ def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
 
     if cfg.dataset not in READERS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}: one of stackexchangeqa, {', '.join(READERS)}")
-    corpus = READERS[cfg.dataset](cfg.input, clean=cfg.clean, on_error=cfg.on_error)
+    options = {"task": cfg.semeval_task} if cfg.dataset == "semeval-ql" else {}
+    corpus = READERS[cfg.dataset](cfg.input, clean=cfg.clean, on_error=cfg.on_error, **options)
     print(corpus.summary(), file=sys.stderr, flush=True)
     if "train" not in corpus.splits:
         raise FileNotFoundError(f"{cfg.input}: {cfg.dataset} has no train split (found {', '.join(corpus.splits)})")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pipelines.readers import ReaderError, read_trecqa, read_wikiqa
+from pipelines.readers import ReaderError, read_semeval, read_trecqa, read_wikiqa
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +125,58 @@ def test_tokenised_wikiqa_manifest_has_the_published_sizes(wikiqa_dir, ray_local
     for row in dev[:50]:
         assert row["question_ids"] == vocab.ids(tokenizer.tokenize([row["question"]])[0])
         assert row["answer_ids"] == vocab.ids(tokenizer.tokenize([row["answer"]])[0])
+
+
+@pytest.fixture(scope="module")
+def semeval_dir(shared_data):
+    path = os.path.join(shared_data, "semeval2016_task3_ql")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def test_semeval_part1_has_task_c_labels_only(semeval_dir):
+    with pytest.raises(ReaderError, match="no task A labels .*use task C"):
+        read_semeval(semeval_dir)
+    raw = read_semeval(semeval_dir, task="C", clean=False)
+    # PROVENANCE.md: 103 distinct original questions (each repeated once per thread), 6,130 comments, 1,449 Good
+    assert raw.sizes() == {"train": (103, 6_130)}
+    assert sum(raw.splits["train"].column("label").to_pylist()) == 1_449
+    first = raw.splits["train"].slice(0, 1).to_pylist()[0]
+    assert first == {"qid": "Q1", "question": "Good Bank Which is a good bank as per your experience in Doha",
+                     "aid": "Q1_R4_C1", "answer": "Commercial bank/IBQ", "label": 1}
+    clean = read_semeval(semeval_dir, task="C")
+    assert clean.sizes() == {"train": (92, 5_980)} and clean.dropped_by_filter == {"train": 11}
+
+
+_SEMEVAL_TASK_A = """<?xml version="1.0" encoding="UTF-8"?>
+<xml version="1.0">
+<Thread THREAD_SEQUENCE="Q5_R1">
+  <RelQuestion RELQ_ID="Q5_R1" RELQ_RELEVANCE2ORGQ="N/A">
+    <RelQSubject>Visa</RelQSubject><RelQBody>How long does a family visa take?</RelQBody>
+  </RelQuestion>
+  <RelComment RELC_ID="Q5_R1_C1" RELC_RELEVANCE2ORGQ="N/A" RELC_RELEVANCE2RELQ="Good"><RelCText>Two weeks.</RelCText></RelComment>
+  <RelComment RELC_ID="Q5_R1_C2" RELC_RELEVANCE2ORGQ="N/A" RELC_RELEVANCE2RELQ="Bad"><RelCText>lol</RelCText></RelComment>
+  <RelComment RELC_ID="Q5_R1_C3" RELC_RELEVANCE2ORGQ="N/A" RELC_RELEVANCE2RELQ="Dialogue"><RelCText>?</RelCText></RelComment>
+</Thread>
+</xml>
+"""
+
+
+def test_semeval_task_a_on_a_file_in_the_published_layout(tmp_path):
+    # Part 2, dev and test (the files with task A labels) are not in ../shared/data: this file follows the
+    # README's layout, where a thread stands alone outside any <OrgQuestion>.
+    path = tmp_path / "SemEval2016-Task3-CQA-QL-dev.xml"
+    path.write_text(_SEMEVAL_TASK_A)
+    with pytest.raises(ReaderError, match=r"CQA-QL-dev.xml: line 9: RELC_RELEVANCE2RELQ='Dialogue'"):
+        read_semeval(str(tmp_path))
+    corpus = read_semeval(str(tmp_path), on_error="skip")
+    assert corpus.splits["dev"].to_pylist() == [
+        {"qid": "Q5_R1", "question": "Visa How long does a family visa take?", "aid": "Q5_R1_C1",
+         "answer": "Two weeks.", "label": 1},
+        {"qid": "Q5_R1", "question": "Visa How long does a family visa take?", "aid": "Q5_R1_C2", "answer": "lol",
+         "label": 0}]
+    assert len(corpus.skipped) == 1
+    path.write_text(_SEMEVAL_TASK_A[:-40])
+    with pytest.raises(ReaderError, match="CQA-QL-dev.xml: line .*malformed XML"):
+        read_semeval(str(tmp_path))
