@@ -224,16 +224,20 @@ def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
         raise DumpError(f"{path}: no XML content")
 
 
-def iter_post_tables(path: str, site: str | None = None, rows_per_table: int = 4096) -> Iterator[pa.Table]:
-    """The posts of one dump as pyarrow tables of at most `rows_per_table` rows (blocks for Ray Data)."""
+def _post_tables(posts: Iterator[dict], rows_per_table: int) -> Iterator[pa.Table]:
     batch: list[dict] = []
-    for post in iter_posts(path, site):
+    for post in posts:
         batch.append(post)
         if len(batch) >= rows_per_table:
             yield pa.Table.from_pylist(batch, schema=POSTS)
             batch = []
     if batch:
         yield pa.Table.from_pylist(batch, schema=POSTS)
+
+
+def iter_post_tables(path: str, site: str | None = None, rows_per_table: int = 4096) -> Iterator[pa.Table]:
+    """The posts of one dump as pyarrow tables of at most `rows_per_table` rows (blocks for Ray Data)."""
+    return _post_tables(iter_posts(path, site), rows_per_table)
 
 
 # Official dumps write one `<row .../>` per line (newlines inside bodies are escaped as `&#xA;`), so a plain
@@ -305,14 +309,7 @@ def iter_posts_range(path: str, start: int, end: int, site: str | None = None) -
 
 def iter_post_range_tables(path: str, start: int, end: int, site: str | None = None,
                            rows_per_table: int = 4096) -> Iterator[pa.Table]:
-    batch: list[dict] = []
-    for post in iter_posts_range(path, start, end, site):
-        batch.append(post)
-        if len(batch) >= rows_per_table:
-            yield pa.Table.from_pylist(batch, schema=POSTS)
-            batch = []
-    if batch:
-        yield pa.Table.from_pylist(batch, schema=POSTS)
+    return _post_tables(iter_posts_range(path, start, end, site), rows_per_table)
 
 
 
