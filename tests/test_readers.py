@@ -10,20 +10,21 @@ import pytest
 from pipelines.readers import ReaderError, read_semeval, read_trecqa, read_wikiqa
 
 
-@pytest.fixture(scope="module")
-def wikiqa_dir(shared_data):
-    path = os.path.join(shared_data, "wikiqa")
+def _data_folder(shared_data: str, name: str) -> str:
+    path = os.path.join(shared_data, name)
     if not os.path.isdir(path):
         pytest.skip(f"{path} not found")
     return path
+
+
+@pytest.fixture(scope="module")
+def wikiqa_dir(shared_data):
+    return _data_folder(shared_data, "wikiqa")
 
 
 @pytest.fixture(scope="module")
 def trecqa_dir(shared_data):
-    path = os.path.join(shared_data, "trecqa")
-    if not os.path.isdir(path):
-        pytest.skip(f"{path} not found")
-    return path
+    return _data_folder(shared_data, "trecqa")
 
 
 def test_wikiqa_clean_and_raw_sizes_are_the_published_ones(wikiqa_dir):
@@ -129,10 +130,7 @@ def test_tokenised_wikiqa_manifest_has_the_published_sizes(wikiqa_dir, ray_local
 
 @pytest.fixture(scope="module")
 def semeval_dir(shared_data):
-    path = os.path.join(shared_data, "semeval2016_task3_ql")
-    if not os.path.isdir(path):
-        pytest.skip(f"{path} not found")
-    return path
+    return _data_folder(shared_data, "semeval2016_task3_ql")
 
 
 def test_semeval_part1_has_task_c_labels_only(semeval_dir):
