@@ -2,9 +2,16 @@
 
     python jobs/tokenize_corpora.py --dataset NAME --input PATH --output DIR
 
-NAME stackexchangeqa reads INPUT/{train,dev,test}/*.parquet (as written by jobs/build_stackexchangeqa.py);
-wikiqa, trecqa and semeval-ql read the published files (pipelines/readers.py: the WikiQA TSVs; TrecQA's
-jacana XML or castorini folders; the SemEval-2016 Task 3 XML), print the split sizes found beside the published ones, and record both in the manifest.
+NAME stackexchangeqa reads INPUT/{train,dev,test}/*.parquet as written by jobs/build_stackexchangeqa.py (the
+row counts of the shards checked against its stats.json). The published answer-selection sets are read in
+their own formats by pipelines/readers.py, which prints the split sizes found beside the published ones and
+records both in the manifest:
+  wikiqa       the WikiQA-{train,dev,test}.tsv folder
+  trecqa       jacana TRAIN/DEV/TEST(/TRAIN-ALL).xml, or castorini train/, clean-dev/, raw-test/, ... folders
+  insuranceqa  the InsuranceQA v1 folder: vocabulary, answers.label.token_idx, question.train.token_idx.label,
+               question.{dev,test1,test2}.label.token_idx.pool
+  yahooqa      {train,dev,test}.tsv with question<TAB>answer<TAB>label (the Tay et al. 2017 splits)
+  semeval-ql   the SemEval-2016 Task 3 Qatar Living XML files
 Writes
 OUTPUT/{split}/*.parquet (the TOKENISED_PAIRS schema), OUTPUT/vocab.json (counted on train only) and
 OUTPUT/manifest.json: {"splits": {SPLIT: {"questions": N, "rows": N, "positive": N, "files": [...]}}, ...}.
@@ -22,7 +29,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 
 from pipelines.tokenize import TokenizeConfig
 
-DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "semeval-ql")  # the other corpora arrive with their readers
+DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql")
 
 
 def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:

@@ -46,6 +46,13 @@ PUBLISHED = {
                        "test": (68, 1_442)},
     ("trecqa", False): {"train": (94, 4_718), "train-all": (1_229, 53_417), "dev": (82, 1_148),
                         "test": (100, 1_517)},
+    # Feng et al. 2015 (and the GGSA paper's Table 1): train lists only each question's correct answers;
+    # dev/test pools hold 500 candidates.
+    ("insuranceqa", None): {"train": (12_887, 18_540), "dev": (1_000, 500_000), "test1": (1_800, 900_000),
+                            "test2": (1_800, 900_000)},
+    # Tay et al. 2017 splits as counted in the GGSA paper's Table 1 (five candidates per question); the CTRN
+    # paper's rounded "253K / 31.7K / 31.7K" pairs disagree with 5 x questions, so pairs are not checked.
+    ("yahooqa", None): {"train": (50_112, None), "dev": (6_289, None), "test": (6_283, None)},
 }
 
 
@@ -69,28 +76,37 @@ class Corpus:
         return {split: (len(set(t.column("qid").to_pylist())) + self.without_candidates.get(split, 0), t.num_rows)
                 for split, t in self.splits.items()}
 
+    def published(self) -> dict[str, tuple[int, int | None]]:
+        return PUBLISHED.get((self.name, self.clean), PUBLISHED.get((self.name, None), {}))
+
     def check_sizes(self) -> list[str]:
         """Differences from the published sizes, one line each (empty when every split matches)."""
-        published = PUBLISHED.get((self.name, self.clean), {})
         problems = []
         for split, (questions, pairs) in self.sizes().items():
-            if split in published and published[split] != (questions, pairs):
-                want = published[split]
+            want = self.published().get(split)
+            if want is not None and not _matches(want, (questions, pairs)):
                 problems.append(f"{self.name} {split}: {questions:,} questions / {pairs:,} pairs, published "
-                                f"{want[0]:,} / {want[1]:,}")
+                                f"{_count(want[0])} / {_count(want[1])}")
         return problems
 
     def summary(self) -> str:
-        published = PUBLISHED.get((self.name, self.clean), {})
         lines = []
         for split, (questions, pairs) in self.sizes().items():
-            want = published.get(split)
-            mark = "" if want is None else " (as published)" if want == (questions, pairs) else \
-                f" (published {want[0]:,} / {want[1]:,})"
+            want = self.published().get(split)
+            mark = "" if want is None else " (as published)" if _matches(want, (questions, pairs)) else \
+                f" (published {_count(want[0])} / {_count(want[1])})"
             lines.append(f"{self.name} {split}: {questions:,} questions, {pairs:,} pairs{mark}")
         if self.skipped:
             lines.append(f"{self.name}: {len(self.skipped)} bad records skipped, first: {self.skipped[0]}")
         return "\n".join(lines)
+
+
+def _matches(published: tuple, found: tuple) -> bool:
+    return all(want is None or want == got for want, got in zip(published, found))
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
 
 
 def _open_text(path: str) -> io.TextIOBase:
@@ -406,4 +422,201 @@ def read_semeval(path: str, clean: bool = True, on_error: str = "raise", task: s
     return corpus
 
 
-READERS = {"wikiqa": read_wikiqa, "trecqa": read_trecqa, "semeval-ql": read_semeval}
+# ---------------------------------------------------------------------------------------------- InsuranceQA
+_INSURANCEQA_POOLS = {"dev": "question.dev.label.token_idx.pool", "test1": "question.test1.label.token_idx.pool",
+                      "test2": "question.test2.label.token_idx.pool"}
+
+
+def _insuranceqa_words(file: str) -> dict[str, str]:
+    words = {}
+    with _open_text(file) as f:
+        for number, line in enumerate(f, start=1):
+            key, tab, word = line.rstrip("\r\n").partition("\t")
+            if not tab or not key.startswith("idx_") or not word:
+                raise ReaderError(f"{file}: line {number}: expected 'idx_N<TAB>word', got {line[:60]!r}")
+            words[key] = word
+    return words
+
+
+class _Detokenizer:
+    """Token-index strings (`idx_12 idx_7 ...`) to text through the `vocabulary` file."""
+
+    def __init__(self, words: dict[str, str]):
+        self.words = words
+
+    def __call__(self, ids: str, where: str) -> str:
+        try:
+            return " ".join(self.words[i] for i in ids.split())
+        except KeyError as missing:
+            raise ReaderError(f"{where}: token {missing.args[0]!r} is not in the vocabulary file") from None
+
+
+def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """InsuranceQA v1 (Feng et al. 2015), the folder of the original release: `vocabulary` (`idx_N<TAB>word`),
+    `answers.label.token_idx` (`label<TAB>idx_ ...`, 24,981 answers), `question.train.token_idx.label`
+    (`question idx_ ...<TAB>correct labels`) and the pools `question.{dev,test1,test2}.label.token_idx.pool`
+    (`correct labels<TAB>question idx_ ...<TAB>500 candidate labels`); each file plain or .gz. Text is the
+    tokens joined by spaces. Train rows are the correct answers only (the papers sample negatives from the whole
+    answer set while training); pool rows are every candidate, label 1 for the correct ones. Question ids are
+    `SPLIT-LINE`, answer ids the answer labels. `clean` does not apply (every question has a correct answer)."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: not an InsuranceQA v1 folder")
+    vocabulary = _find(path, "vocabulary")
+    answers_file = _find(path, "answers.label.token_idx")
+    if vocabulary is None or answers_file is None:
+        missing = [n for n, f in (("vocabulary", vocabulary), ("answers.label.token_idx", answers_file)) if f is None]
+        raise ReaderError(f"{path}: InsuranceQA v1 needs {' and '.join(missing)} (plain or .gz) beside the question "
+                          "files; copy it from the original release (github.com/shuzi/insuranceQA, V1/)")
+    text = _Detokenizer(_insuranceqa_words(vocabulary))
+    errors = _Errors(on_error)
+    answers: dict[str, str] = {}
+    with _open_text(answers_file) as f:
+        for number, line in enumerate(f, start=1):
+            where = f"{answers_file}: line {number}"
+            label, tab, ids = line.rstrip("\r\n").partition("\t")
+            if not tab or not label.strip().isdigit() or not ids.strip():
+                errors(where, f"expected 'label<TAB>idx_ ...', got {line[:60]!r}")
+                continue
+            answers[label.strip()] = text(ids, where)
+
+    def answer(label: str, where: str) -> str | None:
+        if label not in answers:
+            errors(where, f"answer label {label} is not in {answers_file}")
+            return None
+        return answers[label]
+
+    corpus = Corpus("insuranceqa", {}, clean=clean)
+    train = _find(path, "question.train.token_idx.label")
+    if train:
+        columns = {k: [] for k in PAIRS.names}
+        with _open_text(train) as f:
+            for number, line in enumerate(f, start=1):
+                where = f"{train}: line {number}"
+                fields = line.rstrip("\r\n").split("\t")
+                if len(fields) != 2 or not fields[0].strip() or not fields[1].split():
+                    errors(where, f"{len(fields)} tab-separated fields, expected 2 (question ids, correct labels)")
+                    continue
+                question = text(fields[0], where)
+                for label in fields[1].split():
+                    found = answer(label, where)
+                    if found is not None:
+                        _append(columns, f"train-{number}", question, label, found, 1)
+        corpus.splits["train"] = pa.table(columns, schema=PAIRS)
+    for split, name in _INSURANCEQA_POOLS.items():
+        file = _find(path, name)
+        if file is None:
+            continue
+        columns = {k: [] for k in PAIRS.names}
+        with _open_text(file) as f:
+            for number, line in enumerate(f, start=1):
+                where = f"{file}: line {number}"
+                fields = line.rstrip("\r\n").split("\t")
+                if len(fields) != 3:
+                    errors(where, f"{len(fields)} tab-separated fields, expected 3 (correct labels, question ids, "
+                                  "candidate labels)")
+                    continue
+                correct, pool = set(fields[0].split()), fields[2].split()
+                if not correct or not correct <= set(pool):
+                    errors(where, "no correct answer, or a correct answer missing from the candidate pool")
+                    continue
+                question = text(fields[1], where)
+                candidates = [(label, answer(label, where)) for label in pool]
+                if any(found is None for _, found in candidates):
+                    continue
+                for label, found in candidates:
+                    _append(columns, f"{split}-{number}", question, label, found, int(label in correct))
+        corpus.splits[split] = pa.table(columns, schema=PAIRS)
+    if not corpus.splits:
+        raise FileNotFoundError(f"{path}: no InsuranceQA question files (question.train.token_idx.label, "
+                                "question.{dev,test1,test2}.label.token_idx.pool)")
+    corpus.skipped = errors.skipped
+    return corpus
+
+
+def _append(columns: dict[str, list], qid: str, question: str, aid: str, answer: str, label: int) -> None:
+    for key, value in (("qid", qid), ("question", question), ("aid", aid), ("answer", answer), ("label", label)):
+        columns[key].append(value)
+
+
+# -------------------------------------------------------------------------------------------------- YahooQA
+def read_yahooqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """YahooQA in the Tay et al. 2017 splits (github.com/vanzytay/YahooQA_Splits) written out as one TSV per
+    split, `{train,dev,test}.tsv` (or `.txt`, plain or .gz): `question<TAB>answer<TAB>label`, no header, a
+    question's five candidates (one positive, four Lucene negatives) on consecutive lines. The authors ship
+    the splits as a Python pickle; unpickling runs code, so this reader takes the text form only. Questions are
+    grouped by their text within a split, ids `SPLIT-N` in order of appearance. `clean` drops questions
+    without a positive."""
+    files = {}
+    for split in ("train", "dev", "test"):
+        for name in (f"{split}.tsv", f"{split}.txt"):
+            found = _find(path, name) if os.path.isdir(path) else None
+            if found:
+                files[split] = found
+                break
+    if not files:
+        raise FileNotFoundError(f"{path}: no YahooQA {{train,dev,test}}.tsv(.gz) (question<TAB>answer<TAB>label)")
+    errors = _Errors(on_error)
+    corpus = Corpus("yahooqa", {}, clean=clean)
+    for split, file in files.items():
+        rows, qids, answers_seen = [], {}, {}
+        with _open_text(file) as f:
+            for number, line in enumerate(f, start=1):
+                where = f"{file}: line {number}"
+                fields = line.rstrip("\r\n").split("\t")
+                if fields == [""]:
+                    continue
+                if len(fields) != 3:
+                    errors(where, f"{len(fields)} columns, expected 3 (question, answer, label)")
+                    continue
+                question, text, label = (x.strip() for x in fields)
+                if label not in ("0", "1"):
+                    errors(where, f"label {label!r} is not 0 or 1")
+                    continue
+                if not question or not text:
+                    errors(where, "empty question or answer")
+                    continue
+                qid = qids.setdefault(question, f"{split}-{len(qids) + 1}")
+                answers_seen[qid] = answers_seen.get(qid, 0) + 1
+                rows.append({"qid": qid, "question": question, "aid": f"{qid}-{answers_seen[qid]}", "answer": text,
+                             "label": int(label)})
+        if clean:
+            rows, corpus.dropped_by_filter[split] = _keep_clean(rows, drop_all_positive=False)
+        corpus.splits[split] = _table(rows)
+    corpus.skipped = errors.skipped
+    return corpus
+
+
+# ------------------------------------------------------------------------------------------ StackExchangeQA
+def stackexchangeqa_found(path: str) -> dict:
+    """What our own build wrote, checked without reading a row: pairs per split from the Parquet footers
+    against `stats.json` (a difference means shards were lost or added after the build), questions from
+    `stats.json`, and the pair totals beside the GSAMN paper's (628,706 positive, 9,874,758 negative)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from pipelines.schemas import parquet_files
+
+    stats_path = os.path.join(path, "stats.json")
+    stats = None
+    if os.path.isfile(stats_path):
+        with open(stats_path) as f:
+            stats = json.load(f)
+    sizes, differences = {}, []
+    for split in ("train", "dev", "test"):
+        if not os.path.isdir(os.path.join(path, split)):
+            continue
+        rows = sum(pq.ParquetFile(file).metadata.num_rows for file in parquet_files(os.path.join(path, split)))
+        recorded = (stats or {}).get("splits", {}).get(split, {})
+        sizes[split] = {"questions": recorded.get("questions"), "pairs": rows}
+        if stats is not None and recorded.get("rows") != rows:
+            differences.append(f"stackexchangeqa {split}: {rows:,} pairs in the shards, {recorded.get('rows')} in "
+                               f"{stats_path}")
+    found = {"sizes": sizes, "differences_from_build": differences, "stats": stats_path if stats else None}
+    if stats:
+        found["pairs"], found["paper"] = stats.get("pairs"), stats.get("paper")
+    return found
+
+
+READERS = {"wikiqa": read_wikiqa, "trecqa": read_trecqa, "semeval-ql": read_semeval,
+           "insuranceqa": read_insuranceqa, "yahooqa": read_yahooqa}

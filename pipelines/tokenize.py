@@ -23,15 +23,22 @@ RESERVED = (PAD, UNK, SEP, CLS)  # ids 0..3 in every vocabulary
 
 
 class SpacyTokenizer:
-    """Adds `question_tokens` and `answer_tokens` (list<string>) from spaCy's `en` tokenizer."""
+    """Adds `question_tokens` and `answer_tokens` (list<string>) from spaCy's `en` tokenizer.
 
-    def __init__(self, lowercase: bool = True, batch_size: int = 256):
+    Texts already tokenised by this actor are looked up, not tokenised again: a question repeats over its
+    candidates, and InsuranceQA's 24,981 answers fill 2.3 million pool rows. The cache holds at most
+    `cache_tokens` tokens (about 60 bytes each) and starts over when full."""
+
+    def __init__(self, lowercase: bool = True, batch_size: int = 256, cache_tokens: int = 2_000_000):
         import spacy
 
         self.nlp = spacy.blank("en")
         self.nlp.max_length = 10_000_000
         self.lowercase = lowercase
         self.batch_size = batch_size
+        self.cache_tokens = cache_tokens
+        self._cache: dict[str, list[str]] = {}
+        self._cached = 0
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
         out = []
@@ -40,12 +47,20 @@ class SpacyTokenizer:
             out.append([w.lower() for w in words] if self.lowercase else words)
         return out
 
+    def tokenize_cached(self, texts: list[str]) -> list[list[str]]:
+        if self._cached > self.cache_tokens:
+            self._cache, self._cached = {}, 0
+        new = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        known = {t: self._cache[t] for t in texts if t in self._cache}
+        for text, tokens in zip(new, self.tokenize(new)):
+            known[text] = self._cache[text] = tokens
+            self._cached += len(tokens)
+        return [known[t] for t in texts]
+
     def __call__(self, batch: pa.Table) -> pa.Table:
-        questions = batch.column("question").to_pylist()
-        distinct = list(dict.fromkeys(questions))
-        tokens = dict(zip(distinct, self.tokenize(distinct)))
-        answers = self.tokenize(batch.column("answer").to_pylist())
-        batch = batch.append_column("question_tokens", pa.array([tokens[q] for q in questions], pa.list_(pa.string())))
+        questions = self.tokenize_cached(batch.column("question").to_pylist())
+        answers = self.tokenize_cached(batch.column("answer").to_pylist())
+        batch = batch.append_column("question_tokens", pa.array(questions, pa.list_(pa.string())))
         return batch.append_column("answer_tokens", pa.array(answers, pa.list_(pa.string())))
 
 
@@ -142,15 +157,24 @@ def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
     import ray.data
 
     if cfg.dataset == "stackexchangeqa":
+        from pipelines.readers import ReaderError, stackexchangeqa_found
+
         splits = [s for s in ("train", "dev", "test") if os.path.isdir(os.path.join(cfg.input, s))]
         if "train" not in splits:
             raise FileNotFoundError(f"{cfg.input}: no train/ split (expected {{train,dev,test}}/*.parquet)")
+        found = stackexchangeqa_found(cfg.input)
+        for split, size in found["sizes"].items():
+            print(f"stackexchangeqa {split}: {size['questions'] if size['questions'] is not None else '?'} questions,"
+                  f" {size['pairs']:,} pairs", file=sys.stderr, flush=True)
+        if found["differences_from_build"]:
+            raise ReaderError("; ".join(found["differences_from_build"]) + " (re-run the build, or pass a complete "
+                              "output folder)")
         datasets = {}
         for split in splits:
             files = parquet_files(os.path.join(cfg.input, split))
             check_parquet_files(files, QA_PAIRS)
             datasets[split] = ray.data.read_parquet(files, schema=QA_PAIRS)
-        return datasets, {}
+        return datasets, found
     from pipelines.readers import READERS
 
     if cfg.dataset not in READERS:

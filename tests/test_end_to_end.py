@@ -184,6 +184,23 @@ def test_tokenised_manifest_matches_build(built, tokenised):
     with open(os.path.join(out, "vocab.json")) as f:
         vocab = json.load(f)["tokens"]
     assert vocab[:4] == ["<pad>", "<unk>", "<sep>", "<cls>"] and len(vocab) == manifest["vocab_size"]
+    found = manifest["reader"]
+    assert found["differences_from_build"] == [] and found["paper"]["positive_pairs"] == 628_706
+    assert {s: v["pairs"] for s, v in found["sizes"].items()} == {s: v["rows"] for s, v in stats["splits"].items()}
+
+
+def test_tokenising_a_build_with_a_shard_too_many_is_refused(built, tmp_path):
+    import shutil
+
+    from pipelines.readers import ReaderError
+    from pipelines.tokenize import TokenizeConfig, input_splits
+
+    copy = str(tmp_path / "seqa")
+    shutil.copytree(built[0], copy)
+    shard = sorted(f for f in os.listdir(os.path.join(copy, "dev")) if f.endswith(".parquet"))[0]
+    shutil.copy(os.path.join(copy, "dev", shard), os.path.join(copy, "dev", "copied-" + shard))
+    with pytest.raises(ReaderError, match=r"stackexchangeqa dev: [\d,]+ pairs in the shards, \d+ in .*stats.json"):
+        input_splits(TokenizeConfig(dataset="stackexchangeqa", input=copy, output=str(tmp_path / "tok")))
 
 
 def test_train_one_epoch_loss_falls_and_reports_metrics(tokenised, tmp_path, ray_local):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pipelines.readers import ReaderError, read_semeval, read_trecqa, read_wikiqa
+from pipelines.readers import ReaderError, read_insuranceqa, read_semeval, read_trecqa, read_wikiqa, read_yahooqa
 
 
 def _data_folder(shared_data: str, name: str) -> str:
@@ -178,3 +178,77 @@ def test_semeval_task_a_on_a_file_in_the_published_layout(tmp_path):
     path.write_text(_SEMEVAL_TASK_A[:-40])
     with pytest.raises(ReaderError, match="CQA-QL-dev.xml: line .*malformed XML"):
         read_semeval(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def insuranceqa_with_answers(shared_data, tmp_path_factory):
+    """The real vocabulary, train questions and dev pools, plus an answers file built here: the real
+    `answers.label.token_idx` (24,981 answers) is not in ../shared/data. Answer N reads `idx_N idx_1`, so a
+    row's text shows which label it came from."""
+    real = _data_folder(shared_data, "insuranceqa_v1_incomplete")
+    folder = tmp_path_factory.mktemp("insuranceqa")
+    for name in os.listdir(real):
+        os.symlink(os.path.join(real, name), folder / name)
+    with open(folder / "answers.label.token_idx", "w") as f:
+        f.writelines(f"{label}\tidx_{label % 22_352 + 1} idx_1\n" for label in range(1, 24_982))
+    with gzip.open(os.path.join(real, "vocabulary.gz"), "rt") as f:
+        words = dict(line.rstrip("\n").split("\t") for line in f)
+    return folder, words
+
+
+def test_insuranceqa_without_answers_says_which_file_is_missing(shared_data):
+    with pytest.raises(ReaderError, match="needs answers.label.token_idx"):
+        read_insuranceqa(_data_folder(shared_data, "insuranceqa_v1_incomplete"))
+
+
+def test_insuranceqa_sizes_pools_and_token_mapping(insuranceqa_with_answers):
+    folder, words = insuranceqa_with_answers
+    corpus = read_insuranceqa(str(folder))
+    # PROVENANCE.md and Feng et al.: 12,887 train questions with 18,540 correct answers, 1,000 dev pools of 500
+    assert corpus.sizes() == {"train": (12_887, 18_540), "dev": (1_000, 500_000)}
+    assert corpus.check_sizes() == [] and "as published" in corpus.summary()
+    dev = corpus.splits["dev"]
+    assert sum(dev.column("label").to_pylist()) == 1_454
+    with gzip.open(os.path.join(folder, "question.dev.label.token_idx.pool.gz"), "rt") as f:
+        correct, question, pool = f.readline().rstrip("\n").split("\t")
+    first = dev.slice(0, 500).to_pylist()
+    assert first[0]["question"] == " ".join(words[i] for i in question.split())
+    assert [r["aid"] for r in first] == pool.split() and {r["qid"] for r in first} == {"dev-1"}
+    assert {r["aid"] for r in first if r["label"]} == set(correct.split())
+    assert first[0]["answer"] == f"{words[f'idx_{int(pool.split()[0]) % 22_352 + 1}']} {words['idx_1']}"
+
+
+def test_insuranceqa_bad_pool_line_and_unknown_token(insuranceqa_with_answers, tmp_path):
+    folder, _ = insuranceqa_with_answers
+    for name in ("vocabulary.gz", "answers.label.token_idx"):
+        os.symlink(os.path.join(folder, name), tmp_path / name)
+    (tmp_path / "question.test1.label.token_idx.pool").write_text(
+        "1 2\tidx_5 idx_6\t1 2 3\n"     # good: 3 candidates, 2 correct
+        "7\tidx_5\t8 9\n"                # the correct answer is not in the pool
+        "4\tidx_5 idx_6\n")              # a missing column (a truncated line)
+    with pytest.raises(ReaderError, match=r"test1.label.token_idx.pool: line 2: .*missing from the candidate pool"):
+        read_insuranceqa(str(tmp_path))
+    corpus = read_insuranceqa(str(tmp_path), on_error="skip")
+    assert corpus.sizes() == {"test1": (1, 3)} and len(corpus.skipped) == 2
+    assert "line 3: 2 tab-separated fields" in corpus.skipped[1]
+    (tmp_path / "question.test1.label.token_idx.pool").write_text("5\tidx_999999\t5 6\n")
+    with pytest.raises(ReaderError, match=r"line 1: token 'idx_999999' is not in the vocabulary"):
+        read_insuranceqa(str(tmp_path), on_error="skip")  # a wrong vocabulary file is never skipped past
+
+
+def test_yahooqa_tsv_groups_candidates_by_question(tmp_path):
+    # No YahooQA file is in ../shared/data (the authors' splits are a pickle, absent from the store): these
+    # lines follow the Tay et al. layout, five candidates per question with one positive.
+    lines = ["how do i fix a flat bike tyre ?\tpatch the inner tube after finding the hole .\t1"]
+    lines += [f"how do i fix a flat bike tyre ?\tunrelated answer number {i} here .\t0" for i in range(4)]
+    lines += ["why is the sky blue at noon ?\tbecause of rayleigh scattering of sunlight .\t0"]
+    lines += ["what is a good cheap laptop ?\tany used thinkpad works well .\t1", "bad line without tabs"]
+    (tmp_path / "dev.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ReaderError, match=r"dev.tsv: line 8: 1 columns, expected 3"):
+        read_yahooqa(str(tmp_path))
+    corpus = read_yahooqa(str(tmp_path), on_error="skip")
+    assert corpus.sizes() == {"dev": (2, 6)} and corpus.dropped_by_filter == {"dev": 1}
+    rows = corpus.splits["dev"].to_pylist()
+    assert [r["aid"] for r in rows[:5]] == [f"dev-1-{i}" for i in range(1, 6)] and rows[5]["qid"] == "dev-3"
+    assert corpus.check_sizes() == ["yahooqa dev: 2 questions / 6 pairs, published 6,289 / ?"]
+    assert read_yahooqa(str(tmp_path), clean=False, on_error="skip").sizes() == {"dev": (3, 7)}
