@@ -12,9 +12,17 @@ records both in the manifest:
                question.{dev,test1,test2}.label.token_idx.pool
   yahooqa      {train,dev,test}.tsv with question<TAB>answer<TAB>label (the Tay et al. 2017 splits)
   semeval-ql   the SemEval-2016 Task 3 Qatar Living XML files
+Reading comprehension (pipelines/passages.py; one row per question, passages concatenated in rank order,
+answer spans at every occurrence as token positions, contexts over --max-context-tokens dropped and counted):
+  searchqa     processed {train,val,test}.txt (<s> snippet </s> ... ||| question ||| answer), or the
+               per-question JSON files ({train,val,test}/*.json)
+  quasart      questions/{split}_questions.json.gz with contexts/{short,long}/{split}_contexts.json.gz
+  wikihop      QAngaroo train.json / dev.json (candidate mentions located in the supports)
+  squad        SQuAD 1.1 train-v1.1.json / dev-v1.1.json (the given character spans)
 Writes
-OUTPUT/{split}/*.parquet (the TOKENISED_PAIRS schema), OUTPUT/vocab.json (counted on train only) and
-OUTPUT/manifest.json: {"splits": {SPLIT: {"questions": N, "rows": N, "positive": N, "files": [...]}}, ...}.
+OUTPUT/{split}/*.parquet (TOKENISED_PAIRS, or TOKENISED_PASSAGES for reading comprehension: pipelines/schemas.py),
+OUTPUT/vocab.json (word and character ids counted on train only) and OUTPUT/manifest.json:
+{"splits": {SPLIT: {"questions": N, "rows": N, "files": [{path, rows, bytes, sha256}]}}, "reader": ...}.
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 
 from pipelines.tokenize import TokenizeConfig
 
-DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql")
+DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql", "searchqa", "quasart",
+            "wikihop", "squad")
 
 
 def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
@@ -47,16 +56,24 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p.add_argument("--semeval-task", choices=("A", "C"), default="A",
                    help="semeval-ql: A, comments against their thread's question (the CTRN paper's QatarLiving); "
                         "C, against the original question")
+    p.add_argument("--max-context-tokens", type=int, default=5_000,
+                   help="reading comprehension: questions whose passages exceed this many tokens are dropped and "
+                        "counted (DynSAN's 5k cap)")
+    p.add_argument("--quasart-contexts", choices=("short", "long"), default="short",
+                   help="quasart: the short (sentence) or long (paragraph) passages")
+    p.add_argument("--shard-mb", type=int, default=128, help="target size of a Parquet shard")
     p.add_argument("--skip-bad-records", action="store_true",
-                   help="published sets: skip malformed records and list them in the manifest (default: stop "
-                        "with an error naming the file and line)")
+                   help="published sets: skip malformed records and list them in the manifest, and drop (and "
+                        "count) training questions whose answer occurs in no passage (default: stop with an error "
+                        "naming the file and line, or the question)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
                          max_vocab=args.max_vocab, lowercase=not args.cased,
                          clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
-                         semeval_task=args.semeval_task)
+                         semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
+                         quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb)
     return cfg, args
 
 
@@ -72,8 +89,12 @@ def main(argv=None) -> int:
     if rc:
         return rc
     for split, s in manifest["splits"].items():
-        print(f"{split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {len(s['files']):>4} shards")
-    print(f"vocabulary {manifest['vocab_size']:,} tokens; wrote {cfg.output}/manifest.json")
+        extra = "" if "answer_not_found" not in s else \
+            f" (over the token cap: {s['dropped_over_token_cap']:,} dropped; answer in no passage: " \
+            f"{s['answer_not_found']:,} {s['answer_not_found_action']})"
+        print(f"{split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {len(s['files']):>4} shards{extra}")
+    print(f"vocabulary {manifest['vocab_size']:,} tokens, {manifest['char_vocab_size']:,} characters; "
+          f"wrote {cfg.output}/manifest.json")
     return 0
 
 

@@ -250,16 +250,17 @@ def run(cfg: TrainConfig) -> dict:
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from pipelines.schemas import TOKENISED_PAIRS, check_parquet_files, parquet_files
+    from pipelines.tokenize import read_shards
 
     manifest = read_manifest(cfg.data)
+    if manifest.get("schema", "tokenised_pairs") != "tokenised_pairs":
+        raise ValueError(f"{cfg.data}: {manifest['schema']} shards; --model {cfg.model} trains on answer-selection "
+                         "pairs (tokenised_pairs)")
     datasets = {}
     for split in ("train", "dev"):
         if split not in manifest["splits"]:
             raise FileNotFoundError(f"{cfg.data}: manifest.json has no {split!r} split")
-        files = parquet_files(os.path.join(cfg.data, split))
-        check_parquet_files(files, TOKENISED_PAIRS)
-        datasets[split] = ray.data.read_parquet(files, schema=TOKENISED_PAIRS)
+        datasets[split] = read_shards(cfg.data, split)
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
 
     cpus = float(ray.cluster_resources().get("CPU", 1))

@@ -70,6 +70,7 @@ class Corpus:
     # Questions the file lists with no candidate at all (jacana TrecQA has some): not in the pairs, but in
     # the published question counts.
     without_candidates: dict[str, int] = field(default_factory=dict)
+    rows_are_questions: bool = False  # reading comprehension: one row per question
 
     def sizes(self) -> dict[str, tuple[int, int]]:
         """(questions, pairs) per split; questions include those listed without candidates."""
@@ -85,7 +86,9 @@ class Corpus:
         for split, (questions, pairs) in self.sizes().items():
             want = self.published().get(split)
             if want is not None and not _matches(want, (questions, pairs)):
-                problems.append(f"{self.name} {split}: {questions:,} questions / {pairs:,} pairs, published "
+                problems.append(f"{self.name} {split}: {questions:,} questions, published {_count(want[0])}"
+                                if self.rows_are_questions else
+                                f"{self.name} {split}: {questions:,} questions / {pairs:,} pairs, published "
                                 f"{_count(want[0])} / {_count(want[1])}")
         return problems
 
@@ -95,7 +98,12 @@ class Corpus:
             want = self.published().get(split)
             mark = "" if want is None else " (as published)" if _matches(want, (questions, pairs)) else \
                 f" (published {_count(want[0])} / {_count(want[1])})"
-            lines.append(f"{self.name} {split}: {questions:,} questions, {pairs:,} pairs{mark}")
+            if self.rows_are_questions:
+                mark = "" if want is None else " (as published)" if _matches(want, (questions, pairs)) else \
+                    f" (published {_count(want[0])})"
+                lines.append(f"{self.name} {split}: {questions:,} questions{mark}")
+            else:
+                lines.append(f"{self.name} {split}: {questions:,} questions, {pairs:,} pairs{mark}")
         if self.skipped:
             lines.append(f"{self.name}: {len(self.skipped)} bad records skipped, first: {self.skipped[0]}")
         return "\n".join(lines)

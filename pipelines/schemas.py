@@ -39,19 +39,27 @@ TOKENISED_PAIRS = pa.schema(
     ]
 )
 
-# A reading-comprehension question over ranked passages, concatenated in rank order.
+# A reading-comprehension question over ranked passages, concatenated in rank order (pipelines/passages.py).
+# Token positions index the context; spans are inclusive; every occurrence of the answer is listed.
 TOKENISED_PASSAGES = pa.schema(
     [
         pa.field("qid", pa.string(), nullable=False),
         pa.field("question", pa.string(), nullable=False),
         pa.field("question_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("question_char_ids", pa.list_(pa.list_(pa.int32())), nullable=False),
         pa.field("context_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("context_char_ids", pa.list_(pa.list_(pa.int32())), nullable=False),
+        pa.field("context_tokens", pa.list_(pa.string()), nullable=False),  # to read predicted spans back as text
         pa.field("passage_starts", pa.list_(pa.int32()), nullable=False),  # token offset of each passage
         pa.field("passage_ranks", pa.list_(pa.int32()), nullable=False),  # search rank of each passage
         pa.field("answers", pa.list_(pa.string()), nullable=False),
-        pa.field("answer_starts", pa.list_(pa.int32()), nullable=False),  # every occurrence, token index
-        pa.field("answer_ends", pa.list_(pa.int32()), nullable=False),  # inclusive
+        pa.field("answer_starts", pa.list_(pa.int32()), nullable=False),  # empty: the answer occurs nowhere
+        pa.field("answer_ends", pa.list_(pa.int32()), nullable=False),
         pa.field("candidates", pa.list_(pa.string()), nullable=False),  # multiple choice; empty otherwise
+        pa.field("answer_index", pa.int32(), nullable=False),  # index of the answer in candidates, or -1
+        pa.field("mention_starts", pa.list_(pa.int32()), nullable=False),  # candidate mentions (WikiHop)
+        pa.field("mention_ends", pa.list_(pa.int32()), nullable=False),
+        pa.field("mention_candidates", pa.list_(pa.int32()), nullable=False),  # index into candidates
     ]
 )
 

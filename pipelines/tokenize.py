@@ -11,7 +11,7 @@ import os
 import sys
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
@@ -79,10 +79,18 @@ def count_tokens(batch: pa.Table) -> pa.Table:
 
 @dataclass
 class Vocabulary:
+    """Word ids, and the character ids (`chars`, the same reserved ids first) of the same training counts."""
+
     tokens: list[str]
+    chars: list[str] = field(default_factory=lambda: list(RESERVED))
 
     def __post_init__(self):
         self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.char_index = {c: i for i, c in enumerate(self.chars)}
+
+    def char_ids(self, tokens: list[str], max_word_chars: int) -> list[list[int]]:
+        unk = self.char_index[UNK]
+        return [[self.char_index.get(c, unk) for c in t[:max_word_chars]] for t in tokens]
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -94,13 +102,14 @@ class Vocabulary:
     def save(self, path: str) -> None:
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with open(tmp, "w") as f:
-            json.dump({"tokens": self.tokens, "reserved": list(RESERVED)}, f)
+            json.dump({"tokens": self.tokens, "chars": self.chars, "reserved": list(RESERVED)}, f)
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str) -> "Vocabulary":
         with open(path) as f:
-            return cls(json.load(f)["tokens"])
+            saved = json.load(f)
+        return cls(saved["tokens"], saved.get("chars", list(RESERVED)))
 
     @classmethod
     def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
@@ -137,7 +146,13 @@ class TokenizeConfig:
     min_count: int = 1
     max_vocab: int | None = 100_000
     lowercase: bool = True
-    rows_per_shard: int = 100_000
+    shard_mb: int = 128  # target size of a shard (in memory; zstd Parquet on disk is smaller)
+    rows_per_shard: int | None = None  # overrides shard_mb
+    min_char_count: int = 1
+    max_chars: int = 1_000
+    max_word_chars: int = 16  # characters kept per token for character ids (reading comprehension)
+    max_context_tokens: int = 5_000  # reading comprehension: longer contexts are dropped and counted (DynSAN)
+    quasart_contexts: str = "short"  # quasart: "short" or "long" passages
     clean: bool = True  # published sets: the papers' filtered splits (see pipelines/readers)
     on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
     semeval_task: str = "A"  # semeval-ql: "A" (comments against their thread's question) or "C"
@@ -217,16 +232,61 @@ def _partitions() -> int:
     return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
 
 
-def build_vocabulary(train, cfg: TokenizeConfig) -> Vocabulary:
-    """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver."""
-    counts = (train.map_batches(count_tokens, batch_format="pyarrow")
+def char_counts(word_counts: dict[str, int]) -> dict[str, int]:
+    """Character counts implied by token counts (each character of a token, times the token's count)."""
+    chars: Counter = Counter()
+    for token, n in word_counts.items():
+        for ch in token:
+            chars[ch] += n
+    return dict(chars)
+
+
+def build_vocabulary(train, cfg: TokenizeConfig, counter=None) -> Vocabulary:
+    """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver.
+    The character vocabulary comes from the same counts (`Vocabulary.chars`)."""
+    counts = (train.map_batches(counter or count_tokens, batch_format="pyarrow")
               .groupby("token", num_partitions=_partitions()).sum("count").take_all())
-    return Vocabulary.from_counts({r["token"]: r["sum(count)"] for r in counts}, cfg.min_count, cfg.max_vocab)
+    words = {r["token"]: r["sum(count)"] for r in counts}
+    chars = Vocabulary.from_counts(char_counts(words), cfg.min_char_count, cfg.max_chars).tokens
+    return Vocabulary(Vocabulary.from_counts(words, cfg.min_count, cfg.max_vocab).tokens, chars)
+
+
+def rows_per_shard(ds, cfg: TokenizeConfig) -> int:
+    """Rows per Parquet file for a `cfg.shard_mb` target, from the materialised dataset's bytes per row."""
+    if cfg.rows_per_shard:
+        return cfg.rows_per_shard
+    rows = ds.count()
+    per_row = max(1, (ds.size_bytes() or 1) // max(1, rows))
+    return max(1, (cfg.shard_mb << 20) // per_row)
+
+
+def write_shards(ds, staging: str, split: str, cfg: TokenizeConfig, size_from=None) -> list[dict]:
+    """Parquet shards under `staging/split/`, with their rows, bytes and sha256. Rows per shard come from the bytes
+    per row of `size_from` (a materialised dataset of about the same rows; by default `ds` itself)."""
+    import pyarrow.parquet as pq
+
+    directory = os.path.join(staging, split)
+    ds.write_parquet(directory, min_rows_per_file=rows_per_shard(size_from or ds, cfg), compression="zstd")
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet")) if os.path.isdir(directory) else []
+    return [{"path": f"{split}/{f}", "rows": pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows,
+             "bytes": os.path.getsize(os.path.join(directory, f)), "sha256": _sha256(os.path.join(directory, f))}
+            for f in files]
+
+
+def _manifest(cfg: TokenizeConfig, schema: str, vocab: Vocabulary, found: dict) -> dict:
+    return {"dataset": cfg.dataset, "schema": schema, "tokenizer": "spacy.blank('en')", "lowercase": cfg.lowercase,
+            "vocab": "vocab.json", "vocab_size": len(vocab), "char_vocab_size": len(vocab.chars),
+            "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
 
 
 def write(cfg: TokenizeConfig) -> dict:
     """Tokenise every split, write shards, `vocab.json` and `manifest.json`; the output folder appears whole."""
     from ray.data import ActorPoolStrategy
+
+    from pipelines.passages import PASSAGE_READERS, write_passages
+
+    if cfg.dataset in PASSAGE_READERS:
+        return write_passages(cfg)
     from ray.data.aggregate import Count, Sum
 
     with staged_dir(cfg.output) as staging:
@@ -234,21 +294,58 @@ def write(cfg: TokenizeConfig) -> dict:
         tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
         vocab = build_vocabulary(tokenised["train"], cfg)
         vocab.save(os.path.join(staging, "vocab.json"))
-        manifest = {"dataset": cfg.dataset, "schema": "tokenised_pairs", "tokenizer": "spacy.blank('en')",
-                    "lowercase": cfg.lowercase, "vocab": "vocab.json", "vocab_size": len(vocab),
-                    "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
+        manifest = _manifest(cfg, "tokenised_pairs", vocab, found)
         for split, ds in tokenised.items():
             ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
                                  compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()
-            directory = os.path.join(staging, split)
-            ids.write_parquet(directory, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
-            files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet"))
             stats = ids.aggregate(Count(), Sum("label", alias_name="positive"))
             questions = ids.groupby("qid", num_partitions=_partitions()).count().count()
             manifest["splits"][split] = {
                 "questions": questions, "rows": stats["count()"], "positive": int(stats["positive"] or 0),
-                "files": [{"path": f"{split}/{f}", "sha256": _sha256(os.path.join(directory, f))} for f in files],
+                "files": write_shards(ids, staging, split, cfg),
             }
         with open(os.path.join(staging, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2)
     return manifest
+
+
+class ShardError(ValueError):
+    """A tokenised output folder whose shards differ from its manifest."""
+
+
+def read_shards(data: str, split: str, verify: str = "size"):
+    """A split of a tokenise_corpora output as a lazy Ray Dataset that streams (nothing is read until iterated).
+
+    The files are exactly the manifest's: a missing, extra or changed shard is an error naming it. `verify`
+    "size" compares rows (Parquet footer) and bytes, "sha256" also the checksum (reads every byte once), "none"
+    skips the checks."""
+    import pyarrow.parquet as pq
+    import ray.data
+
+    from pipelines.schemas import SCHEMAS
+
+    with open(os.path.join(data, "manifest.json")) as f:
+        manifest = json.load(f)
+    if split not in manifest["splits"]:
+        raise ShardError(f"{data}/manifest.json has no split {split!r} (has {', '.join(manifest['splits'])})")
+    schema = SCHEMAS[manifest["schema"]]
+    listed = manifest["splits"][split]["files"]
+    paths = [os.path.join(data, entry["path"]) for entry in listed]
+    directory = os.path.join(data, split)
+    on_disk = {os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".parquet")} \
+        if os.path.isdir(directory) else set()
+    if verify != "none":
+        extra = sorted(on_disk - set(paths))
+        if extra:
+            raise ShardError(f"{extra[0]}: a shard the manifest does not list ({len(extra)} such files)")
+        for entry, path in zip(listed, paths):
+            if not os.path.exists(path):
+                raise ShardError(f"{path}: listed in {data}/manifest.json but missing")
+            if "bytes" in entry and os.path.getsize(path) != entry["bytes"]:
+                raise ShardError(f"{path}: {os.path.getsize(path):,} bytes, the manifest says {entry['bytes']:,}")
+            if "rows" in entry and pq.ParquetFile(path).metadata.num_rows != entry["rows"]:
+                raise ShardError(f"{path}: row count differs from the manifest")
+            if verify == "sha256" and _sha256(path) != entry["sha256"]:
+                raise ShardError(f"{path}: sha256 differs from the manifest (changed after it was written)")
+    check_parquet_files(paths, schema)
+    return ray.data.read_parquet(paths, schema=schema)
