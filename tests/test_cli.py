@@ -10,6 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACTS = {
     "build_stackexchangeqa.py": ["--dump", "--output", "--min-score", "--negatives", "--seed"],
     "tokenize_corpora.py": ["--dataset", "--input", "--output"],
+    "word_vectors.py": ["--data", "--vectors", "--dim", "--epochs"],
     "train.py": ["--model", "--data", "--storage-path", "--name", "--max-steps", "--checkpoint-every",
                  "--num-workers", "--seed"],
 }
@@ -82,3 +83,15 @@ def test_http_fixture_serves_a_real_saved_page(http_server, shared_data):
     response = requests.get(http_server.url("/questions/1"), timeout=10)
     assert response.status_code == 200 and http_server.requests == ["/questions/1"]
     assert BeautifulSoup(response.content, "lxml").title.get_text().strip()
+
+
+def test_word_vectors_without_a_tokenised_folder_is_a_clear_error(tmp_path):
+    result = _job("word_vectors.py", "--data", str(tmp_path))
+    assert result.returncode == 2 and "manifest.json not found" in result.stderr
+
+
+def test_tokenize_corpora_accepts_every_contract_dataset():
+    result = _job("tokenize_corpora.py", "--help")
+    for name in ("wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql", "stackexchangeqa", "searchqa", "quasart",
+                 "wikihop", "squad"):
+        assert name in result.stdout

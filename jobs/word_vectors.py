@@ -1,0 +1,71 @@
+"""Word vectors for a tokenised corpus, one row per vocabulary id.
+
+    python jobs/word_vectors.py --data DIR                      # train fastText on DIR's training split
+    python jobs/word_vectors.py --data DIR --vectors glove.840B.300d.txt   # or load published vectors
+
+DIR is a jobs/tokenize_corpora.py output. Training uses gensim's FastText (subword skip-gram, as the fastText
+paper), reading the training shards again on every pass; loading reads a fastText `.vec` or GloVe text file
+(plain or .gz), keeping only DIR's words. Writes DIR/embeddings.npy (float32 [vocab, dim], `<pad>` zeros) and
+DIR/embeddings.json, which reports the out-of-vocabulary rate by word and by training token.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+
+if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines.vectors import VectorsConfig
+
+
+def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="a tokenize_corpora output folder (manifest.json, vocab.json)")
+    p.add_argument("--vectors", default=None, help="a .vec / GloVe text file (.gz allowed); omit to train fastText")
+    p.add_argument("--dim", type=int, default=300, help="fastText: vector size")
+    p.add_argument("--epochs", type=int, default=5, help="fastText: passes over the training split")
+    p.add_argument("--window", type=int, default=5, help="fastText: context window")
+    p.add_argument("--min-count", type=int, default=1, help="fastText: words seen fewer times are not trained")
+    p.add_argument("--min-n", type=int, default=3, help="fastText: shortest character n-gram")
+    p.add_argument("--max-n", type=int, default=6, help="fastText: longest character n-gram")
+    p.add_argument("--workers", type=int, default=0, help="fastText: threads (0: every core)")
+    p.add_argument("--seed", type=int, default=0, help="fastText and the random rows of uncovered words")
+    p.add_argument("--no-lowercase-fallback", action="store_true",
+                   help="--vectors: do not give a word missing from cased vectors its lower-case form's vector")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    args = p.parse_args(argv)
+    cfg = VectorsConfig(data=args.data, vectors=args.vectors, dim=args.dim, epochs=args.epochs, window=args.window,
+                        min_count=args.min_count, min_n=args.min_n, max_n=args.max_n, workers=args.workers,
+                        seed=args.seed, lowercase_fallback=not args.no_lowercase_fallback)
+    return cfg, args
+
+
+def main(argv=None) -> int:
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        print(json.dumps(asdict(cfg), indent=2))
+        return 0
+    if not os.path.exists(os.path.join(cfg.data, "manifest.json")):
+        print(f"word_vectors: error: {cfg.data}/manifest.json not found (run jobs/tokenize_corpora.py first)",
+              file=sys.stderr)
+        return 2
+    from pipelines.vectors import VectorsError, write
+
+    try:
+        stats = write(cfg)
+    except (VectorsError, FileNotFoundError) as err:
+        print(f"word_vectors: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{stats['vocab_size']:,} words x {stats['dim']}: {stats['covered']:,} covered, out of vocabulary "
+          f"{stats['oov_rate']:.1%} of words and {stats['oov_token_rate']:.1%} of training tokens; wrote "
+          f"{cfg.data}/embeddings.npy")
+    print(json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

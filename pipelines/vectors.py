@@ -1,0 +1,181 @@
+"""Word vectors aligned to a tokenised corpus's vocabulary: fastText trained on its training split (gensim's
+subword skip-gram), or published vectors loaded from a `.vec` / GloVe text file.
+
+The result is `embeddings.npy` (float32, one row per vocabulary id, row 0 `<pad>` zeros) and `embeddings.json`
+(where the vectors came from, dimension, and how many vocabulary words they cover: the out-of-vocabulary rate,
+by type and by training-token frequency). Words the vectors do not cover get small random vectors from a seeded
+generator, the usual initialisation when embeddings are then trained or projected.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipelines.tokenize import PAD, RESERVED, Vocabulary
+
+
+class VectorsError(ValueError):
+    """A vectors file that is not in the `.vec` / GloVe text format; the message names the file and line."""
+
+
+@dataclass
+class VectorsConfig:
+    data: str  # a tokenise_corpora output folder
+    vectors: str | None = None  # a .vec / GloVe .txt(.gz) file; None: train fastText on data's train split
+    dim: int = 300
+    epochs: int = 5
+    window: int = 5
+    min_count: int = 1
+    min_n: int = 3  # character n-gram lengths of fastText's subwords
+    max_n: int = 6
+    workers: int = 0  # 0: every core of this machine
+    seed: int = 0
+    lowercase_fallback: bool = True  # a word missing from cased vectors takes its lower-case form's vector
+
+
+class TrainSentences:
+    """The training split's token sequences, re-read from the shards on every pass (gensim makes several),
+    never held in memory. Ids are mapped back to their words (`<unk>` where the vocabulary had none)."""
+
+    def __init__(self, data: str):
+        with open(os.path.join(data, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.files = [os.path.join(data, e["path"]) for e in manifest["splits"]["train"]["files"]]
+        self.columns = ["question_ids", "answer_ids"] if manifest["schema"] == "tokenised_pairs" else \
+            ["question_ids", "context_ids"]
+        self.words = Vocabulary.load(os.path.join(data, "vocab.json")).tokens
+        self.pairs = manifest["schema"] == "tokenised_pairs"
+
+    def __iter__(self):
+        seen_questions: set[str] = set()
+        for file in self.files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=4096, columns=["qid", *self.columns]):
+                qids = batch.column("qid").to_pylist()
+                questions = batch.column(self.columns[0]).to_pylist()
+                others = batch.column(self.columns[1]).to_pylist()
+                for qid, question, other in zip(qids, questions, others):
+                    if not self.pairs or qid not in seen_questions:  # a question once, not once per candidate
+                        seen_questions.add(qid)
+                        yield [self.words[i] for i in question]
+                    yield [self.words[i] for i in other]
+
+
+def train_fasttext(cfg: VectorsConfig):
+    from gensim.models import FastText
+
+    sentences = TrainSentences(cfg.data)
+    model = FastText(vector_size=cfg.dim, window=cfg.window, min_count=cfg.min_count, sg=1, min_n=cfg.min_n,
+                     max_n=cfg.max_n, workers=cfg.workers or os.cpu_count() or 1, seed=cfg.seed)
+    model.build_vocab(corpus_iterable=sentences)
+    model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=cfg.epochs)
+    return model.wv
+
+
+def _open_text(path: str):
+    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
+
+
+def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], int, int]:
+    """Vectors of the `wanted` words from a fastText `.vec` (a `count dim` first line) or GloVe text file (no
+    header), streamed so that only wanted words are kept. Returns (vectors, dimension, words in the file)."""
+    vectors: dict[str, np.ndarray] = {}
+    dim = None
+    count = 0
+    with _open_text(path) as f:
+        for number, line in enumerate(f, start=1):
+            parts = line.rstrip("\r\n").rstrip(" ").split(" ")
+            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                dim = int(parts[1])  # fastText's header
+                continue
+            if len(parts) < 2:
+                if not line.strip():
+                    continue
+                raise VectorsError(f"{path}: line {number}: expected a word and its numbers")
+            if dim is None:
+                dim = len(parts) - 1
+            if len(parts) - 1 != dim:
+                raise VectorsError(f"{path}: line {number}: {len(parts) - 1} numbers, expected {dim} (truncated "
+                                   "line, or a word with a space in it)")
+            count += 1
+            word = parts[0]
+            if word in wanted and word not in vectors:
+                try:
+                    vectors[word] = np.asarray(parts[1:], dtype=np.float32)
+                except ValueError:
+                    raise VectorsError(f"{path}: line {number}: a value that is not a number") from None
+    if dim is None:
+        raise VectorsError(f"{path}: no vectors in the file")
+    return vectors, dim, count
+
+
+def _train_counts(data: str, size: int) -> np.ndarray:
+    """How often each vocabulary id occurs in the training split (for the token-weighted OOV rate)."""
+    sentences = TrainSentences(data)
+    counts = np.zeros(size, dtype=np.int64)
+    for file in sentences.files:
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=8192, columns=sentences.columns):
+            for column in sentences.columns:
+                ids = batch.column(column).flatten().to_numpy(zero_copy_only=False)
+                counts += np.bincount(ids, minlength=size)[:size]
+    return counts
+
+
+def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
+    vocab = Vocabulary.load(os.path.join(cfg.data, "vocab.json"))
+    words = vocab.tokens
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.vectors:
+        wanted = set(words) | ({w.lower() for w in words} if cfg.lowercase_fallback else set())
+        found, dim, in_file = load_vectors(cfg.vectors, wanted)
+        source = {"vectors": os.path.abspath(cfg.vectors), "words_in_file": in_file}
+        lookup = lambda w: found.get(w, found.get(w.lower()) if cfg.lowercase_fallback else None)  # noqa: E731
+        composed = 0
+    else:
+        wv = train_fasttext(cfg)
+        dim = cfg.dim
+        source = {"fasttext": {k: v for k, v in asdict(cfg).items() if k not in ("data", "vectors")},
+                  "trained_words": len(wv.key_to_index)}
+        # fastText composes a vector for any word from its character n-grams; count the words it had to compose.
+        composed = sum(w not in wv.key_to_index for w in words if w not in RESERVED)
+        lookup = lambda w: wv[w]  # noqa: E731
+    matrix = rng.normal(0.0, 0.1, size=(len(words), dim)).astype(np.float32)
+    covered = np.zeros(len(words), dtype=bool)
+    for i, word in enumerate(words):
+        if word in RESERVED:
+            continue
+        vector = lookup(word)
+        if vector is not None:
+            matrix[i], covered[i] = vector, True
+    matrix[words.index(PAD)] = 0.0
+    ordinary = np.array([w not in RESERVED for w in words])
+    counts = _train_counts(cfg.data, len(words))
+    missing = ordinary & ~covered
+    stats = {**source, "dim": dim, "vocab_size": len(words), "covered": int(covered.sum()),
+             "oov_words": int(missing.sum()), "oov_rate": round(float(missing.sum() / max(1, ordinary.sum())), 4),
+             "oov_token_rate": round(float(counts[missing].sum() / max(1, counts[ordinary].sum())), 4),
+             "unk_token_rate": round(float(counts[words.index(RESERVED[1])] / max(1, counts.sum())), 4)}
+    if not cfg.vectors:
+        stats["composed_from_subwords"] = composed
+    return matrix, stats
+
+
+def write(cfg: VectorsConfig) -> dict:
+    """`embeddings.npy` and `embeddings.json` in the data folder, each written whole (temporary file, rename)."""
+    matrix, stats = embedding_matrix(cfg)
+    tag = uuid.uuid4().hex[:8]
+    target = os.path.join(cfg.data, "embeddings.npy")
+    with open(f"{target}.tmp-{tag}", "wb") as f:
+        np.save(f, matrix)
+    os.replace(f"{target}.tmp-{tag}", target)
+    with open(os.path.join(cfg.data, f"embeddings.json.tmp-{tag}"), "w") as f:
+        json.dump(stats, f, indent=2)
+    os.replace(os.path.join(cfg.data, f"embeddings.json.tmp-{tag}"), os.path.join(cfg.data, "embeddings.json"))
+    return stats
