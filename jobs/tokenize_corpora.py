@@ -48,6 +48,11 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p.add_argument("--output", required=True, help="output folder; replaced atomically when complete")
     p.add_argument("--min-count", type=int, default=1, help="tokens seen fewer times in train map to <unk>")
     p.add_argument("--max-vocab", type=int, default=100_000, help="vocabulary size cap, reserved ids included")
+    p.add_argument("--min-char-count", type=int, default=1,
+                   help="characters seen fewer times in train tokens map to <unk> in the character vocabulary")
+    p.add_argument("--max-chars", type=int, default=1_000, help="character vocabulary size cap, reserved ids included")
+    p.add_argument("--max-word-chars", type=int, default=16,
+                   help="reading comprehension: characters per token kept in the character ids")
     p.add_argument("--cased", action="store_true", help="keep case (default: lower-case tokens)")
     p.add_argument("--raw", action="store_true",
                    help="published sets: keep every question (default: the papers' clean splits, e.g. WikiQA "
@@ -73,7 +78,9 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
                          max_vocab=args.max_vocab, lowercase=not args.cased,
                          clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
                          semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
-                         quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb)
+                         quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb,
+                         min_char_count=args.min_char_count, max_chars=args.max_chars,
+                         max_word_chars=args.max_word_chars)
     return cfg, args
 
 

@@ -182,11 +182,19 @@ def test_wikihop_shards_manifest_and_streaming_read_back(wikihop_tokenised):
     assert manifest["splits"]["train"]["dropped_over_token_cap"] + manifest["splits"]["dev"]["dropped_over_token_cap"] > 0
     vocab = Vocabulary.load(os.path.join(out, "vocab.json"))
     assert len(vocab.chars) == manifest["char_vocab_size"] and vocab.chars[:2] == ["<pad>", "<unk>"]
+    from pipelines.tokenize import SpacyTokenizer
+
+    train = read_shards(out, "train").take_all()
+    train_tokens = {t for row in train for t in row["context_tokens"]}
+    train_tokens |= {t for q in SpacyTokenizer().tokenize([row["question"] for row in train]) for t in q}
+    assert set(vocab.tokens[4:]) == train_tokens  # counted on the kept training questions only
     rows = []
     for batch in read_shards(out, "dev", verify="sha256").iter_batches(batch_size=4, batch_format="pyarrow"):
         assert batch.num_rows <= 4
         rows.extend(batch.to_pylist())
     assert len(rows) == manifest["splits"]["dev"]["rows"]
+    unknown = sum(i == 1 for row in rows for i in row["context_ids"])
+    assert unknown == sum(t not in vocab.index for row in rows for t in row["context_tokens"]) > 0  # dev-only words
     for row in rows:
         tokens = row["context_tokens"]
         assert len(tokens) <= 3_000 and row["context_ids"] == vocab.ids(tokens)

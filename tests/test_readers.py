@@ -252,3 +252,20 @@ def test_yahooqa_tsv_groups_candidates_by_question(tmp_path):
     assert [r["aid"] for r in rows[:5]] == [f"dev-1-{i}" for i in range(1, 6)] and rows[5]["qid"] == "dev-3"
     assert corpus.check_sizes() == ["yahooqa dev: 2 questions / 6 pairs, published 6,289 / ?"]
     assert read_yahooqa(str(tmp_path), clean=False, on_error="skip").sizes() == {"dev": (3, 7)}
+
+
+def test_trecqa_train_all_when_given(tmp_path):
+    # TRAIN-ALL.xml is not in ../shared/data (PROVENANCE.md): this block follows the jacana layout of the other
+    # files, five tab-separated lines per element of which the first is the tokens.
+    block = ("<QApairs id='32.1'>\n<question>\nWho\tfounded\tit\t?\nWP\tVBD\tPRP\t.\nO\tO\tO\tO\n1\t2\t3\t4\n"
+             "a\tb\tc\td\n</question>\n<positive>\nSmith\tfounded\tit\t.\nNNP\tVBD\tPRP\t.\nO\tO\tO\tO\n1\t2\t3\t4\n"
+             "a\tb\tc\td\n</positive>\n<negative>\nIt\trained\t.\nPRP\tVBD\t.\nO\tO\tO\n1\t2\t3\na\tb\tc\n"
+             "</negative>\n</QApairs>\n")
+    (tmp_path / "TRAIN-ALL.xml").write_text(block)
+    (tmp_path / "TRAIN.xml").write_text(block)
+    corpus = read_trecqa(str(tmp_path))
+    assert set(corpus.splits) == {"train", "train-all"}
+    assert corpus.splits["train-all"].to_pylist() == [
+        {"qid": "32.1", "question": "Who founded it ?", "aid": "32.1-1", "answer": "Smith founded it .", "label": 1},
+        {"qid": "32.1", "question": "Who founded it ?", "aid": "32.1-2", "answer": "It rained .", "label": 0}]
+    assert "trecqa train-all: 1 questions, 2 pairs (published 1,229 / 53,417)" in corpus.summary()
