@@ -8,14 +8,17 @@ last line is one JSON object (also written to --json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Run as a script, bench/ comes first on sys.path, where bench/tokenize.py would stand in for the standard
+    # library's `tokenize`: put the repository there instead.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
+from bench.report import write_result
 from crawl.dump import iter_posts
 from pipelines.text import html_to_text
 
@@ -54,10 +57,7 @@ def main(argv=None) -> int:
               "same_text_share": round(same, 3)}
     print(f"{len(bodies)} bodies, {mean_kb:.1f} KB mean: lxml.html {lxml_rate:,.0f}/s, BeautifulSoup "
           f"{soup_rate:,.0f}/s ({result['lxml_vs_beautifulsoup']}x); same text in {same:.1%} of bodies")
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps(result))
+    write_result(result, args.json)
     return 0
 
 

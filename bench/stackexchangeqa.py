@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import html
-import json
 import multiprocessing
 import os
 import random
@@ -39,8 +38,12 @@ import time
 from xml.sax.saxutils import quoteattr
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Run as a script, bench/ comes first on sys.path, where bench/tokenize.py would stand in for the standard
+    # library's `tokenize`: put the repository there instead.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
+from bench.report import write_result  # noqa: E402
 from jobs.ray_env import WORKER_ENV  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -321,10 +324,7 @@ def main(argv=None) -> int:
         "speedup_vs_baseline": round(largest["speedup_vs_baseline"], 2) if "speedup_vs_baseline" in largest else None,
         "details": results,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(summary, f, indent=2)
-    print(json.dumps(summary))
+    write_result(summary, args.json)
     return 0
 
 

@@ -26,11 +26,12 @@ if __package__ in (None, ""):
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+
+from bench.report import write_result  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_WIKIQA = os.path.join(REPO, "..", "shared", "data", "wikiqa")
@@ -190,10 +191,7 @@ def main(argv=None) -> int:
               "stage_vs_raw_spacy_after_startup": one["vs_raw_spacy_per_core_after_startup"]}
     if len(runs) > 1:
         result["scaling"] = {f"{r['cpus']}_cpus_vs_1": round(r["tokens_per_s"] / one["tokens_per_s"], 2) for r in runs}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps(result))
+    write_result(result, args.json)
     return 0
 
 

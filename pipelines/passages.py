@@ -197,6 +197,15 @@ def read_quasart(path: str, clean: bool = True, on_error: str = "raise", context
 
 
 # ------------------------------------------------------------------------------------------------- WikiHop
+def _json_files(path: str, names: dict[str, str], split_of_file) -> dict[str, str]:
+    """`{split: file}`: `path` itself when it is a file (its split from `split_of_file(basename)`), else the
+    official `names` (split to file name, plain or .gz) found inside it."""
+    if os.path.isfile(path):
+        return {split_of_file(os.path.basename(path)): path}
+    found = {split: _find(path, name) for split, name in names.items()}
+    return {split: file for split, file in found.items() if file}
+
+
 def _load_json_array(file: str):
     with _open_text(file) as f:
         text = f.read()
@@ -213,11 +222,8 @@ def read_wikihop(path: str, clean: bool = True, on_error: str = "raise") -> Corp
     `"<relation> <subject>"` becomes the question with the relation's underscores as spaces; supports are the
     passages in file order (WikiHop does not rank them: ranks are positions). The answer must be one of the
     candidates."""
-    if os.path.isfile(path):
-        files = {_SPLIT_NAMES.get(os.path.basename(path).split(".")[0], "train"): path}
-    else:
-        files = {split: _find(path, f"{split}.json") for split in ("train", "dev")}
-        files = {s: f for s, f in files.items() if f}
+    files = _json_files(path, {"train": "train.json", "dev": "dev.json"},
+                        lambda name: _SPLIT_NAMES.get(name.split(".")[0], "train"))
     if not files:
         raise FileNotFoundError(f"{path}: no WikiHop train.json / dev.json(.gz)")
     errors = _Errors(on_error)
@@ -252,11 +258,8 @@ def read_squad(path: str, clean: bool = True, on_error: str = "raise") -> Corpus
     `train-v1.1.json` / `dev-v1.1.json` (plain or .gz), or one file (its split from the name: `train...` or
     anything else `dev`). Each question's given spans are kept; a span whose characters differ from its text is a
     bad record."""
-    if os.path.isfile(path):
-        files = {"train" if os.path.basename(path).startswith("train") else "dev": path}
-    else:
-        files = {split: _find(path, f"{split}-v1.1.json") for split in ("train", "dev")}
-        files = {s: f for s, f in files.items() if f}
+    files = _json_files(path, {"train": "train-v1.1.json", "dev": "dev-v1.1.json"},
+                        lambda name: "train" if name.startswith("train") else "dev")
     if not files:
         raise FileNotFoundError(f"{path}: no SQuAD train-v1.1.json / dev-v1.1.json(.gz)")
     errors = _Errors(on_error)

@@ -8,8 +8,6 @@ generator, the usual initialisation when embeddings are then trained or projecte
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import uuid
@@ -18,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
+from pipelines.readers import _open_text
 from pipelines.tokenize import PAD, RESERVED, Vocabulary
 
 
@@ -76,11 +75,6 @@ def train_fasttext(cfg: VectorsConfig):
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=cfg.epochs)
     return model.wv
-
-
-def _open_text(path: str):
-    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
 
 
 def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], int, int]:
