@@ -1,0 +1,140 @@
+"""CTRN, the Cross Temporal Recurrent Network, and its QRNN baseline, for answer selection.
+
+Tay, Tuan, Hui. "Cross Temporal Recurrent Networks for Ranking Question Answer Pairs", AAAI 2018
+(`../shared/papers/001_544be9c643cf065e.txt`); QRNN: Bradbury et al. 2016.
+
+Embedding (fixed, pretrained) and a shared n x m projection; a quasi-recurrent layer of three width-k
+convolutions per text (eq. 1)
+
+    Z = tanh(W_z * X),  F = sigmoid(W_f * X),  O = sigmoid(W_o * X)
+
+(causal, as QRNN's masked convolutions, so a step never sees padding after it); then per text two cells. The
+CTRN-Q cells (CTRN-A mirrors them):
+
+    c_t^q  = f_t^q  c_{t-1}^q  + (1 - f_t^q)  z_t^q,       h_t^q  = o_t^q  c_t^q
+    c_t^q+ = f_t*^a c_{t-1}^q+ + (1 - f_t*^a) z_t^q,       h_t^q+ = o_t*^a c_t^q+
+
+with the partner's gates taken at the aligned step t* = t * ceil(max(|q|, |a|) / min(|q|, |a|)) for the shorter
+text; for the longer one we read the same mapping backwards, t* = floor(t / ceil(max / min)) (the paper gives
+one formula for both, which would run off the end of the shorter text), clamped to its last step. The paper's
+CTRN-A equation writes z_t*^a in the crossed cell; we use z_t^a, as its CTRN-Q equation does (the crossed cell
+fuses the partner's gates into the text's own inputs). Hadamard merge h_t = h_t^s * h_t^s+, temporal mean
+pooling over real steps, the two vectors concatenated through an MLP, and a 2-class softmax (eq. 2) trained
+with cross-entropy (eq. 3; the L2 term is the optimiser's weight decay). `cross=False` is the QRNN baseline
+(h_t = o_t c_t, nothing crossed). The recurrences run through `qa_models.scan.forget_mult`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from qa_models.scan import forget_mult, masked_forget
+
+
+@dataclass
+class CTRNConfig:
+    vocab_size: int = 30_000
+    embed_dim: int = 300  # n: the pretrained embeddings (GloVe 300d in the paper), kept fixed
+    dim: int = 256  # m: the projection; the paper tunes the filters d in [128, 1024]
+    filters: int = 256  # d
+    kernel: int = 2  # k, the convolution width
+    mlp_layers: int = 1  # tuned in [1, 3]
+    hidden: int = 256  # h, the MLP width
+    dropout: float = 0.5
+    cross: bool = True  # False: the QRNN baseline
+    freeze_embeddings: bool = True
+    pad_id: int = 0
+
+    @classmethod
+    def tiny(cls) -> "CTRNConfig":
+        return cls(vocab_size=64, embed_dim=12, dim=16, filters=16, kernel=2, mlp_layers=1, hidden=16, dropout=0.0)
+
+
+def aligned_steps(own: torch.Tensor, partner: torch.Tensor, width: int) -> torch.Tensor:
+    """Indices t* (B, width) into the partner's steps for each of a text's steps, from true lengths `own` and
+    `partner` (B,): t * ratio when the text is the shorter one, t // ratio when it is the longer, ratio =
+    ceil(max / min); clamped to the partner's last step."""
+    own, partner = own.clamp_min(1), partner.clamp_min(1)
+    ratio = torch.div(torch.maximum(own, partner) + torch.minimum(own, partner) - 1, torch.minimum(own, partner),
+                      rounding_mode="floor")  # (B,) ceil(max / min)
+    t = torch.arange(width, device=own.device)[None, :]  # (1, width)
+    shorter = (own <= partner)[:, None]  # (B, 1)
+    steps = torch.where(shorter, t * ratio[:, None], torch.div(t, ratio[:, None], rounding_mode="floor"))
+    return torch.minimum(steps, (partner - 1)[:, None])  # (B, width)
+
+
+class QuasiRecurrentGates(nn.Module):
+    """Eq. 1: Z, F, O from one causal convolution of width k with 3d output channels."""
+
+    def __init__(self, dim: int, filters: int, kernel: int):
+        super().__init__()
+        self.kernel = kernel
+        self.conv = nn.Conv1d(dim, 3 * filters, kernel)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # x: (B, L, m)
+        h = self.conv(F.pad(x.transpose(1, 2), (self.kernel - 1, 0)))  # (B, 3d, L): step t sees t-k+1..t
+        z, f, o = h.transpose(1, 2).chunk(3, dim=-1)  # each (B, L, d)
+        return torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o)
+
+
+class CTRN(nn.Module):
+    config_class = CTRNConfig
+
+    def __init__(self, config: CTRNConfig, embeddings: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
+        if embeddings is not None:
+            self.embed.weight.data.copy_(embeddings)
+        self.embed.weight.requires_grad_(not config.freeze_embeddings)
+        self.project = nn.Linear(config.embed_dim, config.dim)  # shared by question and answer
+        self.gates = QuasiRecurrentGates(config.dim, config.filters, config.kernel)  # shared, as in QRNN
+        layers, width = [], 2 * config.filters
+        for _ in range(config.mlp_layers):
+            layers += [nn.Linear(width, config.hidden), nn.ReLU(), nn.Dropout(config.dropout)]
+            width = config.hidden
+        self.mlp = nn.Sequential(nn.Dropout(config.dropout), *layers)
+        self.out = nn.Linear(width, 2)  # W_f, b_f of eq. 2
+
+    def _encode(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.gates(self.project(self.embed(ids)))  # Z, F, O: (B, L, d)
+
+    @staticmethod
+    def _pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask[..., None].to(h.dtype)  # (B, L, 1)
+        return (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # (B, d)
+
+    def _cells(self, own, partner, mask, partner_mask) -> torch.Tensor:
+        z, f, o = own
+        h = o * forget_mult(masked_forget(f, mask), z)  # (B, L, d)
+        if not self.config.cross:
+            return h
+        _, f_p, o_p = partner
+        steps = aligned_steps(mask.sum(1), partner_mask.sum(1), z.size(1))  # (B, L)
+        index = steps[..., None].expand(-1, -1, z.size(2))  # (B, L, d)
+        f_x, o_x = f_p.gather(1, index), o_p.gather(1, index)  # partner gates at t*: (B, L, d)
+        h_x = o_x * forget_mult(masked_forget(f_x, mask), z)  # (B, L, d)
+        return h * h_x  # Hadamard merge
+
+    def forward(self, question_ids: torch.Tensor, question_mask: torch.Tensor, answer_ids: torch.Tensor,
+                answer_mask: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 2) for (B, Lq) question and (B, La) answer ids with their masks; softmax gives eq. 2."""
+        q_mask, a_mask = question_mask.bool(), answer_mask.bool()
+        q, a = self._encode(question_ids), self._encode(answer_ids)
+        h_q = self._cells(q, a, q_mask, a_mask)  # (B, Lq, d)
+        h_a = self._cells(a, q, a_mask, q_mask)  # (B, La, d)
+        x = torch.cat([self._pool(h_q, q_mask), self._pool(h_a, a_mask)], dim=-1)  # (B, 2d)
+        return self.out(self.mlp(x))
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, labels.long())
+
+    @staticmethod
+    def score(logits: torch.Tensor) -> torch.Tensor:
+        """The ranking score: the probability of the positive class."""
+        return logits.softmax(-1)[:, 1]
