@@ -7,6 +7,7 @@ resumed by running again with the same storage path and name (Ray Train V2 finds
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -70,8 +71,12 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     if cfg.model not in MODELS:
         raise ValueError(f"unknown model {cfg.model!r}; registered: {sorted(MODELS)}")
     cls = MODELS[cfg.model]
-    model_cfg = cls.config_class(vocab_size=vocab_size, dim=cfg.dim, hops=cfg.hops, dropout=cfg.dropout,
-                                 max_len=cfg.max_len, encoder_path=cfg.encoder_path, **cfg.model_overrides)
+    common = {"vocab_size": vocab_size, "dim": cfg.dim, "hops": cfg.hops, "dropout": cfg.dropout,
+              "max_len": cfg.max_len, "encoder_path": cfg.encoder_path}
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    if cfg.encoder_path and "encoder_path" not in fields:
+        raise ValueError(f"--model {cfg.model} reads word ids; --encoder-path is for models with a transformer")
+    model_cfg = cls.config_class(**{k: v for k, v in common.items() if k in fields}, **cfg.model_overrides)
     return cls(model_cfg)
 
 
@@ -87,20 +92,26 @@ def warmup_linear(total_steps: int, warmup: float):
 
 
 class Batcher:
-    """Numpy batches from Ray Data to model inputs, for the vocabulary or a transformer's tokenizer."""
+    """Numpy batches from Ray Data to model inputs (the keyword arguments of the model's forward) and labels,
+    for the vocabulary or a transformer's tokenizer, in the layout the model reads (`Model.inputs`)."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, inputs: str = "joint"):
         from qa_models.batching import TransformerPairs
 
-        self.max_len = cfg.max_len
+        self.max_len, self.inputs = cfg.max_len, inputs
         self.transformer = TransformerPairs(cfg.encoder_path, cfg.max_len) if cfg.encoder_path else None
 
-    def __call__(self, batch: dict) -> dict:
-        from qa_models.batching import pair_batch
+    def __call__(self, batch: dict) -> tuple[dict, torch.Tensor]:
+        from qa_models.batching import pair_batch, separate_batch
 
         if self.transformer is not None:
-            return self.transformer(batch["question"], batch["answer"], batch["label"])
-        return pair_batch(batch["question_ids"], batch["answer_ids"], batch["label"], self.max_len)
+            encoded = self.transformer(batch["question"], batch["answer"], batch["label"])
+        elif self.inputs == "separate":
+            encoded = separate_batch(batch["question_ids"], batch["answer_ids"], batch["label"], self.max_len)
+        else:
+            encoded = pair_batch(batch["question_ids"], batch["answer_ids"], batch["label"], self.max_len)
+        labels = encoded.pop("labels")
+        return encoded, labels
 
 
 def _log(message: str) -> None:
@@ -114,9 +125,9 @@ def evaluate(model, batcher: Batcher, dataset, cfg: TrainConfig, device) -> dict
     qids, labels, scores = [], [], []
     with torch.no_grad():
         for batch in dataset.iter_batches(batch_size=max(64, cfg.batch_size), batch_format="numpy"):
-            inputs = batcher(batch)
-            logits = model(inputs["input_ids"].to(device), inputs["attention_mask"].to(device))
-            scores.extend(logits.float().cpu().tolist())
+            inputs, _ = batcher(batch)
+            logits = model(**{k: v.to(device) for k, v in inputs.items()})
+            scores.extend(model.score(logits).float().cpu().tolist())
             labels.extend(batch["label"].tolist())
             qids.extend(batch["qid"].tolist())
     model.train()
@@ -162,7 +173,7 @@ def train_loop_per_worker(config: dict) -> None:
     model = ray.train.torch.prepare_model(model)
     core = model.module if hasattr(model, "module") else model
     device = ray.train.torch.get_device()
-    batcher = Batcher(cfg)
+    batcher = Batcher(cfg, core.inputs)
     train_shard = ray.train.get_dataset_shard("train")
     dev = ray.train.get_dataset_shard("dev")
 
@@ -195,9 +206,9 @@ def train_loop_per_worker(config: dict) -> None:
                 local_shuffle_seed=cfg.seed * 1000 + epoch)):
             if index < skip:
                 continue
-            inputs = batcher(batch)
-            logits = model(inputs["input_ids"].to(device), inputs["attention_mask"].to(device))
-            loss = core.loss(logits, inputs["labels"].to(device))
+            inputs, labels = batcher(batch)
+            logits = model(**{k: v.to(device) for k, v in inputs.items()})
+            loss = core.loss(logits, labels.to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:

@@ -21,12 +21,26 @@ def pair_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
     for q, a in zip(question_ids, answer_ids):
         q, a = _truncate_pair(list(q), list(a), max_len - 1)
         rows.append(q + [SEP_ID] + a)
-    width = max(len(r) for r in rows)
+    input_ids, attention_mask = _padded(rows)
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+
+
+def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(len(r) for r in rows))
     ids = np.full((len(rows), width), PAD_ID, dtype=np.int64)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = r
-    input_ids = torch.from_numpy(ids)
-    return {"input_ids": input_ids, "attention_mask": input_ids != PAD_ID,
+    ids = torch.from_numpy(ids)
+    return ids, ids != PAD_ID
+
+
+def separate_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
+    """Question and answer as two right-padded sequences of at most `max_len` tokens each (models that read
+    them apart, such as CTRN): question_ids/question_mask (B, Lq), answer_ids/answer_mask (B, La), labels (B,)."""
+    q_ids, q_mask = _padded([list(q)[:max_len] for q in question_ids])
+    a_ids, a_mask = _padded([list(a)[:max_len] for a in answer_ids])
+    return {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": a_ids, "answer_mask": a_mask,
             "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
 
 

@@ -83,6 +83,7 @@ class QuasiRecurrentGates(nn.Module):
 
 class CTRN(nn.Module):
     config_class = CTRNConfig
+    inputs = "separate"  # question and answer apart (qa_models.batching.separate_batch)
 
     def __init__(self, config: CTRNConfig, embeddings: torch.Tensor | None = None):
         super().__init__()
@@ -138,3 +139,18 @@ class CTRN(nn.Module):
     def score(logits: torch.Tensor) -> torch.Tensor:
         """The ranking score: the probability of the positive class."""
         return logits.softmax(-1)[:, 1]
+
+
+@dataclass
+class QRNNConfig(CTRNConfig):
+    cross: bool = False
+
+    @classmethod
+    def tiny(cls) -> "QRNNConfig":
+        return cls(**{**CTRNConfig.tiny().__dict__, "cross": False})
+
+
+class QRNN(CTRN):
+    """The QRNN baseline of the CTRN paper's tables: the same network with nothing crossed."""
+
+    config_class = QRNNConfig

@@ -74,6 +74,7 @@ class GatedSelfAttention(nn.Module):
 
 class GSAMN(nn.Module):
     config_class = GSAMNConfig
+    inputs = "joint"  # one `question <sep> answer` sequence (qa_models.batching.pair_batch)
 
     def __init__(self, config: GSAMNConfig):
         super().__init__()
@@ -105,3 +106,8 @@ class GSAMN(nn.Module):
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Binary cross-entropy: answer selection as classification of each pair (section 2.3)."""
         return F.binary_cross_entropy_with_logits(logits, labels.float())
+
+    @staticmethod
+    def score(logits: torch.Tensor) -> torch.Tensor:
+        """The ranking score (the sigmoid is monotonic, so the logit ranks the same)."""
+        return logits

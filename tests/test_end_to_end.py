@@ -203,10 +203,11 @@ def test_tokenising_a_build_with_a_shard_too_many_is_refused(built, tmp_path):
         input_splits(TokenizeConfig(dataset="stackexchangeqa", input=copy, output=str(tmp_path / "tok")))
 
 
-def test_train_one_epoch_loss_falls_and_reports_metrics(tokenised, tmp_path, ray_local):
+@pytest.mark.parametrize("model", ["gsamn", "ctrn"])  # one sequence, and question and answer apart
+def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_path, ray_local):
     from jobs.train_loop import TrainConfig, run
 
-    cfg = TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="e2e", epochs=1,
+    cfg = TrainConfig(model=model, data=tokenised[0], storage_path=str(tmp_path), name="e2e", epochs=1,
                       dim=32, batch_size=16, log_every=10, seed=1)
     summary = run(cfg)
     assert summary["resumed_from_step"] == 0 and summary["steps"] > 50
@@ -214,7 +215,8 @@ def test_train_one_epoch_loss_falls_and_reports_metrics(tokenised, tmp_path, ray
     m = summary["metrics"]
     assert 0 < m["map"] <= 1 and 0 < m["mrr"] <= 1 and m["questions"] > 20
     curve = [loss for _, loss in summary["loss_curve"]]
-    assert curve[-1] < curve[0], curve
+    late = curve[len(curve) // 2:]  # the last window may hold a few steps only: compare the second half's mean
+    assert sum(late) / len(late) < curve[0], [round(x, 3) for x in curve]
 
 
 def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
