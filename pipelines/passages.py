@@ -392,11 +392,13 @@ TOKEN_COLUMNS = [("question_tokens", pa.list_(pa.string())), ("context_tokens", 
 def count_passage_tokens(batch: pa.Table) -> pa.Table:
     from collections import Counter
 
+    from pipelines.tokenize import counts_table
+
     counts: Counter = Counter()
     for column in ("question_tokens", "context_tokens"):
         for tokens in batch.column(column).to_pylist():
             counts.update(tokens)
-    return pa.table({"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())})
+    return counts_table(counts)
 
 
 class PassageIds:
@@ -421,6 +423,10 @@ class PassageIds:
         return conform(table, TOKENISED_PASSAGES, "tokenised passages")
 
 
+def _no_counts() -> dict[str, int]:
+    return {OK: 0, NO_ANSWER: 0, OVER_CAP: 0, "answer_spans": 0, "answer_spans_inexact": 0}
+
+
 def _split_counts(ds) -> dict[str, dict[str, int]]:
     """Per split: questions per status, and answer spans (all, and inexact ones) over the rows the split keeps;
     one streaming pass over four small columns."""
@@ -431,8 +437,7 @@ def _split_counts(ds) -> dict[str, dict[str, int]]:
             batch_size=4096, batch_format="pyarrow"):
         for split in pc.unique(batch.column("split")).to_pylist():
             part = batch.filter(pc.equal(batch.column("split"), split))
-            c = counts.setdefault(split, {OK: 0, NO_ANSWER: 0, OVER_CAP: 0, "answer_spans": 0,
-                                          "answer_spans_inexact": 0})
+            c = counts.setdefault(split, _no_counts())
             status = part.column("status")
             for name, n in zip(*pc.value_counts(status).flatten()):
                 c[name.as_py()] += n.as_py()
@@ -497,7 +502,7 @@ def write_passages(cfg) -> dict:
                 "vocab_tokens": vocab.tokens, "vocab_chars": vocab.chars, "max_word_chars": cfg.max_word_chars},
                 compute=ActorPoolStrategy(min_size=1, max_size=2))
             files = write_shards(ids, staging, split, cfg, size_from=tokenised)
-            c = counts.get(split, {OK: 0, NO_ANSWER: 0, OVER_CAP: 0, "answer_spans": 0, "answer_spans_inexact": 0})
+            c = counts.get(split) or _no_counts()
             rows = sum(f["rows"] for f in files)
             manifest["splits"][split] = {
                 "questions": rows, "rows": rows, "answer_spans": c["answer_spans"],

@@ -74,6 +74,11 @@ def count_tokens(batch: pa.Table) -> pa.Table:
             seen.add(qid)
             counts.update(q_tokens)
         counts.update(a_tokens)
+    return counts_table(counts)
+
+
+def counts_table(counts: dict[str, int]) -> pa.Table:
+    """A batch's token counts in the shape `build_vocabulary` sums by token."""
     return pa.table({"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())})
 
 
