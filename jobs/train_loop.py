@@ -44,10 +44,11 @@ class TrainConfig:
     gpus_per_worker: float = 1.0
     max_failures: int = 0
     seed: int = 0
-    max_len: int = 256
-    dim: int = 300
-    hops: int = 2
-    dropout: float = 0.1
+    # None: the model's own default (its config class, the paper's value)
+    max_len: int | None = None
+    dim: int | None = None
+    hops: int | None = None
+    dropout: float | None = None
     encoder_path: str | None = None
     eval_policy: str = "clean"
     log_every: int = 20
@@ -65,19 +66,27 @@ def read_manifest(data: str) -> dict:
         return json.load(f)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int):
+def model_config(cfg: TrainConfig, vocab_size: int | None = None):
+    """The model's config: its own defaults (the paper's), then the general flags that were given and that it
+    has, then --model-option values."""
     from qa_models import MODELS
 
     if cfg.model not in MODELS:
         raise ValueError(f"unknown model {cfg.model!r}; registered: {sorted(MODELS)}")
     cls = MODELS[cfg.model]
-    common = {"vocab_size": vocab_size, "dim": cfg.dim, "hops": cfg.hops, "dropout": cfg.dropout,
-              "max_len": cfg.max_len, "encoder_path": cfg.encoder_path}
+    given = {"vocab_size": vocab_size, "dim": cfg.dim, "hops": cfg.hops, "dropout": cfg.dropout,
+             "max_len": cfg.max_len, "encoder_path": cfg.encoder_path}
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
     if cfg.encoder_path and "encoder_path" not in fields:
         raise ValueError(f"--model {cfg.model} reads word ids; --encoder-path is for models with a transformer")
-    model_cfg = cls.config_class(**{k: v for k, v in common.items() if k in fields}, **cfg.model_overrides)
-    return cls(model_cfg)
+    return cls.config_class(**{**{k: v for k, v in given.items() if k in fields and v is not None},
+                               **cfg.model_overrides})
+
+
+def build_model(cfg: TrainConfig, vocab_size: int):
+    from qa_models import MODELS
+
+    return MODELS[cfg.model](model_config(cfg, vocab_size))
 
 
 def warmup_linear(total_steps: int, warmup: float):
@@ -93,18 +102,25 @@ def warmup_linear(total_steps: int, warmup: float):
 
 class Batcher:
     """Numpy batches from Ray Data to model inputs (the keyword arguments of the model's forward) and labels,
-    for the vocabulary or a transformer's tokenizer, in the layout the model reads (`Model.inputs`)."""
+    for the vocabulary or a transformer's tokenizer, in the layout the model reads (`Model.inputs`); training
+    batches of a pairwise model (`Model.objective`) are triplets with a negative answer per positive."""
 
-    def __init__(self, cfg: TrainConfig, inputs: str = "joint"):
+    def __init__(self, cfg: TrainConfig, inputs: str = "joint", objective: str | None = None,
+                 max_len: int | None = None):
         from qa_models.batching import TransformerPairs
 
-        self.max_len, self.inputs = cfg.max_len, inputs
-        self.transformer = TransformerPairs(cfg.encoder_path, cfg.max_len) if cfg.encoder_path else None
+        self.max_len = max_len or cfg.max_len or 256
+        self.inputs, self.seed = inputs, cfg.seed
+        self.pairwise = objective == "pairwise"
+        self.transformer = TransformerPairs(cfg.encoder_path, self.max_len) if cfg.encoder_path else None
 
-    def __call__(self, batch: dict) -> tuple[dict, torch.Tensor]:
-        from qa_models.batching import pair_batch, separate_batch
+    def __call__(self, batch: dict, train: bool = False) -> tuple[dict, torch.Tensor]:
+        from qa_models.batching import pair_batch, separate_batch, triplet_batch
 
-        if self.transformer is not None:
+        if train and self.pairwise:
+            encoded = triplet_batch(batch["qid"], batch["question_ids"], batch["answer_ids"], batch["label"],
+                                    self.max_len, self.seed)
+        elif self.transformer is not None:
             encoded = self.transformer(batch["question"], batch["answer"], batch["label"])
         elif self.inputs == "separate":
             encoded = separate_batch(batch["question_ids"], batch["answer_ids"], batch["label"], self.max_len)
@@ -173,7 +189,7 @@ def train_loop_per_worker(config: dict) -> None:
     model = ray.train.torch.prepare_model(model)
     core = model.module if hasattr(model, "module") else model
     device = ray.train.torch.get_device()
-    batcher = Batcher(cfg, core.inputs)
+    batcher = Batcher(cfg, core.inputs, getattr(core, "objective", None), getattr(core.config, "max_len", None))
     train_shard = ray.train.get_dataset_shard("train")
     dev = ray.train.get_dataset_shard("dev")
 
@@ -206,7 +222,7 @@ def train_loop_per_worker(config: dict) -> None:
                 local_shuffle_seed=cfg.seed * 1000 + epoch)):
             if index < skip:
                 continue
-            inputs, labels = batcher(batch)
+            inputs, labels = batcher(batch, train=True)
             logits = model(**{k: v.to(device) for k, v in inputs.items()})
             loss = core.loss(logits, labels.to(device))
             optimizer.zero_grad(set_to_none=True)

@@ -8,9 +8,13 @@ that a word at a boundary in one head sees its neighbours in another. Position p
 floor((p + l - o) / l) of its head; groups are counted from the sequence start, so padding at the end never
 moves a real word's group, and padded keys are masked.
 
-Shared by GGSA and iGGSA (and the "group self-attention" ablation of their Table 4).
+Shared by GGSA and iGGSA (and the "group self-attention" ablation of their Table 4). `MultiHeadAttention` is
+the global self-attention baseline of the same tables, and with a window the local (sliding-window)
+self-attention of their Table 3; `sinusoidal_positions` is the positional encoding of their section 2.2.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +25,52 @@ def group_ids(length: int, group: int, offset: int, device=None) -> torch.Tensor
     """The group of each position (L,) for one head."""
     return torch.div(torch.arange(length, device=device) + (group - offset % group) % group, group,
                      rounding_mode="floor")
+
+
+def sinusoidal_positions(length: int, dim: int, device=None) -> torch.Tensor:
+    """(L, D): sin(i / 10000^(2k/D)) in dimension 2k and cos(i / 10000^(2k/D)) in 2k + 1 (Vaswani et al.; the
+    GGSA paper's formula writes 2j/D with j the dimension itself, the usual misprint of this one)."""
+    position = torch.arange(length, dtype=torch.float32, device=device)[:, None]  # (L, 1)
+    rates = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim, device=device)
+    table[:, 0::2] = torch.sin(position * rates)
+    table[:, 1::2] = torch.cos(position * rates[: dim // 2])
+    return table
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product multi-head self-attention over all real tokens (global self-attention), or with
+    `window` over the `window` words centred on each word (local self-attention: O(L^2) work, as the paper's
+    Table 3 timings show, since the band is a mask over the full score matrix)."""
+
+    def __init__(self, dim: int, heads: int, window: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not a multiple of heads {heads}")
+        self.dim, self.heads, self.window, self.dropout = dim, heads, window, dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def allowed(self, mask: torch.Tensor) -> torch.Tensor:
+        """(B, 1, L, L) True where query i may attend to key j."""
+        allowed = mask[:, None, None, :]  # (B, 1, 1, L)
+        if self.window:
+            i = torch.arange(mask.size(1), device=mask.device)
+            offset = i[None, :] - i[:, None]  # (L, L): j - i
+            band = (offset >= -((self.window - 1) // 2)) & (offset <= self.window // 2)
+            allowed = allowed & band
+        return allowed
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # x: (B, L, D), mask: (B, L) True on real tokens
+        batch, length, _ = x.shape
+        d = self.dim // self.heads
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d).permute(2, 0, 3, 1, 4)  # each (B, h, L, d)
+        scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(~self.allowed(mask), float("-inf"))  # (B,h,L,L)
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        if self.training and self.dropout:
+            weights = F.dropout(weights, self.dropout)
+        return self.out((weights @ v).transpose(1, 2).reshape(batch, length, self.dim))  # (B, L, D)
 
 
 class GroupMultiHeadAttention(nn.Module):

@@ -1,6 +1,8 @@
 """Turning tokenised pairs into padded model inputs (plain PyTorch; the training glue calls these)."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import torch
 
@@ -42,6 +44,37 @@ def separate_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
     a_ids, a_mask = _padded([list(a)[:max_len] for a in answer_ids])
     return {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": a_ids, "answer_mask": a_mask,
             "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+
+
+def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: int = 0) -> dict:
+    """Pairwise training rows from a batch of labelled pairs: each positive (q, a+) with one negative a-, an
+    answer labelled 0 for the same question when the batch has one (the data set's own, harder negatives), else
+    an answer to another question in the batch (the "randomly selected answer irrelevant to q" of the GGSA and
+    IARNN papers). The draw is seeded by `seed` and the batch's question ids, so a resumed run draws the same.
+    question_ids/mask (B', Lq), answer_ids/negative_ids and their masks (B', La) padded alike, and `labels`
+    (B',) the row weights: 1, or 0 for the one filler row of a batch without a usable positive (the forward
+    pass still runs, so data-parallel replicas stay in step)."""
+    qids = np.asarray([str(q) for q in qids])
+    labels = np.asarray(labels)
+    rng = np.random.default_rng([seed, zlib.crc32("\x1f".join(qids).encode())])
+    rows, weights = [], []
+    for i in np.flatnonzero(labels > 0):
+        same_question = qids == qids[i]
+        pool = np.flatnonzero(same_question & (labels <= 0))
+        if not len(pool):
+            pool = np.flatnonzero(~same_question)
+        if len(pool):
+            rows.append((i, int(pool[rng.integers(len(pool))])))
+            weights.append(1.0)
+    if not rows:
+        rows, weights = [(0, 0)], [0.0]
+    q_ids, q_mask = _padded([list(question_ids[i])[:max_len] for i, _ in rows])
+    both, both_mask = _padded([list(answer_ids[i])[:max_len] for i, _ in rows] +
+                              [list(answer_ids[j])[:max_len] for _, j in rows])
+    half = len(rows)
+    return {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": both[:half], "answer_mask": both_mask[:half],
+            "negative_ids": both[half:], "negative_mask": both_mask[half:],
+            "labels": torch.tensor(weights, dtype=torch.float32)}
 
 
 class TransformerPairs:

@@ -35,7 +35,17 @@ def test_dry_run_prints_resolved_config(tmp_path):
     assert cfg["min_score"] == 2 and cfg["negatives"] == 15.71 and cfg["dumps"] == ["x/Posts.xml"]
     result = _job("train.py", "--model", "gsamn", "--data", "d", "--dry-run")
     cfg = json.loads(result.stdout)
-    assert cfg["lr"] == 1e-3 and cfg["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
+    assert cfg["lr"] == 1e-3 and cfg["model_config"]["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
+    result = _job("train.py", "--model", "ctrn", "--data", "d", "--model-option", "mlp_layers=2", "--dry-run")
+    model = json.loads(result.stdout)["model_config"]
+    assert model["dropout"] == 0.5 and model["freeze_embeddings"] and model["mlp_layers"] == 2  # the paper's
+    result = _job("train.py", "--model", "ggsa", "--data", "d", "--dropout", "0.2", "--model-option", "offset=none",
+                  "--model-option", "composition=multihop", "--dry-run")
+    model = json.loads(result.stdout)["model_config"]
+    assert model["dropout"] == 0.2 and model["offset"] is None and model["composition"] == "multihop"
+    assert model["heads"] == 6 and model["group"] == 10 and model["margin"] == 0.1
+    result = _job("train.py", "--model", "ggsa", "--data", "d", "--model-option", "heads=six", "--dry-run")
+    assert result.returncode == 2 and "heads=six" in result.stderr
 
 
 def test_crawl_sources_options_and_their_errors(tmp_path):

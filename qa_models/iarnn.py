@@ -1,0 +1,234 @@
+"""IARNN, Inner Attention based Recurrent Neural Networks for answer selection, and the OARNN and GRU baselines.
+
+Wang, Liu, Zhao. "Inner Attention based Recurrent Neural Networks for Answer Selection", ACL 2016
+(`../shared/papers/003_a754b70ac66dba92.txt`). A bidirectional GRU, shared by question and answer, reads the
+question; r_q is the average of its states. The answer is read by the same GRU with the question's attention
+put *before* the representation:
+
+    IARNN-WORD     alpha_t = sigmoid(r_q^T M_qi x_t),  x~_t = alpha_t x_t                              (4)
+    IARNN-CONTEXT  w_C(t) = M_hc h_{t-1} + M_qc r_q,  alpha_t = sigmoid(w_C(t)^T x_t),  x~_t = alpha_t x_t (6)
+    IARNN-GATE     z_t = sigmoid(W_xz x_t + W_hz h_{t-1} + M_qz r_q),
+                   f_t = sigmoid(W_xf x_t + W_hf h_{t-1} + M_qf r_q)                                    (7)
+
+with the paper's GRU (eq. 5): h~_t = tanh(W_xh x~_t + W_hh (f_t * h_{t-1})), h_t = (1 - z_t) h_{t-1} + z_t h~_t
+(the reset gate f acts before W_hh, as in Cho et al., unlike torch.nn.GRU), and r_a the average of the answer's
+states. IARNN-OCCAM adds n_p = max(w_qp^T r_q, lambda_q) * sum_t alpha_t to each pair's loss (eq. 8), a sparsity
+penalty whose strength the question sets. OARNN (eq. 2-3) reads the answer plainly and pools it with attention
+weighted by r_q; GRU averages both. Training minimises the hinge max(0, M - sim(r_q, r_a+) + sim(r_q, r_a-))
+(eq. 9) with cosine or GESD (eq. 10) similarity.
+
+In the backward direction of the bidirectional GRU, "h_{t-1}" of eq. 6 is the state after reading the words
+right of t. The paper's WikiQA setting is the default: hidden size 165, margin 0.15, fixed word embeddings;
+InsuranceQA used 145, margin 0.12, GESD and trained embeddings; TrecQA 80, margin 0.1, 50-d embeddings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from qa_models.matching import AttentivePooling, masked_mean, pairwise_hinge, similarity
+
+ATTENTIONS = ("none", "outer", "word", "context", "gate")
+
+
+@dataclass
+class IARNNConfig:
+    vocab_size: int = 30_000
+    embed_dim: int = 300
+    hidden: int = 165  # per direction
+    attention: str = "word"  # none (GRU) | outer (OARNN) | word | context | gate
+    occam: bool = False
+    occam_floor: float = 0.001  # lambda_q, "a small positive hyper-parameter" (not given): a 25-word answer
+    # half attended then pays about 0.01, an order below the margin, where 0.05 swamped the hinge loss (1.5 vs 0.15)
+    similarity: str = "cosine"  # or gesd
+    margin: float = 0.15
+    freeze_embeddings: bool = True
+    embed_dropout: float = 0.0
+    max_len: int = 100
+    pad_id: int = 0
+
+    @classmethod
+    def tiny(cls) -> "IARNNConfig":
+        return cls(vocab_size=64, embed_dim=12, hidden=8, freeze_embeddings=False, max_len=32)
+
+
+class AttentiveGRUCell(nn.Module):
+    """One direction of the paper's GRU (eq. 5), with the question's attention on its input (eq. 4, 6) or
+    gates (eq. 7)."""
+
+    def __init__(self, input_dim: int, hidden: int, question_dim: int, attention: str):
+        super().__init__()
+        self.hidden, self.attention = hidden, attention
+        self.x_proj = nn.Linear(input_dim, 3 * hidden, bias=False)  # W_xz, W_xf, W_xh
+        self.bias = nn.Parameter(torch.zeros(3 * hidden))
+        self.h_gates = nn.Linear(hidden, 2 * hidden, bias=False)  # W_hz, W_hf
+        self.h_candidate = nn.Linear(hidden, hidden, bias=False)  # W_hh
+        if attention == "context":
+            self.context_h = nn.Linear(hidden, input_dim, bias=False)  # M_hc
+            self.context_q = nn.Linear(question_dim, input_dim, bias=False)  # M_qc
+        if attention == "gate":
+            self.q_gates = nn.Linear(question_dim, 2 * hidden, bias=False)  # M_qz, M_qf
+
+    def forward(self, x, mask, r_q=None, alpha=None, reverse: bool = False):
+        """States (B, L, h) and, for context attention, the weights alpha (B, L). x: (B, L, n); `alpha` (B, L)
+        scales the input (word attention); without `r_q` the cell reads plainly (the question side)."""
+        batch, length, _ = x.shape
+        projected = self.x_proj(x)  # (B, L, 3h); W (alpha x) = alpha (W x), so it is computed once
+        if alpha is not None:
+            projected = projected * alpha[..., None]
+        q_gates = self.q_gates(r_q) if self.attention == "gate" and r_q is not None else 0.0  # (B, 2h)
+        context_q = self.context_q(r_q) if self.attention == "context" and r_q is not None else None  # (B, n)
+        h = x.new_zeros(batch, self.hidden)
+        states, alphas = [None] * length, [None] * length
+        steps = range(length - 1, -1, -1) if reverse else range(length)
+        for t in steps:
+            p_t = projected[:, t]  # (B, 3h)
+            if context_q is not None:
+                w_c = self.context_h(h) + context_q  # (B, n): eq. 6
+                a_t = torch.sigmoid((w_c * x[:, t]).sum(-1, keepdim=True))  # (B, 1)
+                alphas[t] = a_t.squeeze(-1)
+                p_t = p_t * a_t
+            p_t = p_t + self.bias
+            z, f = torch.sigmoid(p_t[:, :2 * self.hidden] + self.h_gates(h) + q_gates).chunk(2, dim=-1)
+            candidate = torch.tanh(p_t[:, 2 * self.hidden:] + self.h_candidate(f * h))  # (B, h)
+            h = torch.where(mask[:, t, None], (1 - z) * h + z * candidate, h)  # padding leaves h as it was
+            states[t] = h
+        out = torch.stack(states, 1) * mask[..., None].to(x.dtype)  # (B, L, h)
+        return out, (torch.stack(alphas, 1) * mask.to(x.dtype) if context_q is not None else None)
+
+
+class IARNN(nn.Module):
+    config_class = IARNNConfig
+    inputs = "separate"
+    objective = "pairwise"
+
+    def __init__(self, config: IARNNConfig, embeddings: torch.Tensor | None = None):
+        super().__init__()
+        if config.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {config.attention!r}")
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
+        if embeddings is not None:
+            self.embed.weight.data.copy_(embeddings)
+        self.embed.weight.requires_grad_(not config.freeze_embeddings)
+        self.embed_dropout = nn.Dropout(config.embed_dropout)
+        width = 2 * config.hidden
+        self.forward_cell = AttentiveGRUCell(config.embed_dim, config.hidden, width, config.attention)
+        self.backward_cell = AttentiveGRUCell(config.embed_dim, config.hidden, width, config.attention)
+        if config.attention == "word":
+            self.word_attention = nn.Linear(width, config.embed_dim, bias=False)  # M_qi
+        if config.attention == "outer":
+            self.outer = AttentivePooling(width)  # W_hm, W_qm, w_ms
+        if config.occam:
+            if config.attention not in ("word", "context"):
+                raise ValueError("the Occam penalty regulates word or context attention (the paper: not the gate)")
+            self.occam = nn.Linear(width, 1, bias=False)  # w_qp
+
+    def _read(self, ids, mask, r_q=None):
+        """States (B, L, 2h) and the attention weights (B, L) of the answer side (None elsewhere)."""
+        x = self.embed_dropout(self.embed(ids))  # (B, L, n)
+        alpha = None
+        if r_q is not None and self.config.attention == "word":
+            alpha = torch.sigmoid((self.word_attention(r_q)[:, None, :] * x).sum(-1)) * mask  # (B, L): eq. 4
+        attend = r_q if self.config.attention in ("context", "gate") else None
+        forward, a_fwd = self.forward_cell(x, mask, attend, alpha)
+        backward, a_bwd = self.backward_cell(x, mask, attend, alpha, reverse=True)
+        if a_fwd is not None:
+            alpha = (a_fwd + a_bwd) / 2  # each direction weighs the word in its own context
+        return torch.cat([forward, backward], -1), alpha
+
+    def match(self, question_ids, question_mask, answer_ids, answer_mask):
+        """Similarities (B,) and the Occam penalties n_p * sum_t alpha_t (B,) (zeros without Occam)."""
+        q_mask, a_mask = question_mask.bool(), answer_mask.bool()
+        h_q, _ = self._read(question_ids, q_mask)
+        r_q = masked_mean(h_q, q_mask)  # (B, 2h)
+        inner = self.config.attention in ("word", "context", "gate")
+        h_a, alpha = self._read(answer_ids, a_mask, r_q if inner else None)
+        r_a = self.outer(h_a, a_mask, r_q) if self.config.attention == "outer" else masked_mean(h_a, a_mask)
+        penalty = torch.zeros_like(r_q[:, 0])
+        if self.config.occam:
+            n_p = self.occam(r_q).squeeze(-1).clamp_min(self.config.occam_floor)  # (B,): eq. 8
+            penalty = n_p * alpha.sum(1)
+        return similarity(r_q, r_a, self.config.similarity), penalty
+
+    def forward(self, question_ids, question_mask, answer_ids, answer_mask, negative_ids=None, negative_mask=None):
+        """Similarities (B,); with a negative answer per row (training), (sim+, sim-, Occam penalties)."""
+        if negative_ids is None:
+            return self.match(question_ids, question_mask, answer_ids, answer_mask)[0]
+        sims, penalty = self.match(question_ids.repeat(2, 1), question_mask.repeat(2, 1),
+                                   torch.cat([answer_ids, negative_ids]), torch.cat([answer_mask, negative_mask]))
+        positive, negative = sims.chunk(2)
+        return positive, negative, sum(penalty.chunk(2))
+
+    def loss(self, output, labels: torch.Tensor) -> torch.Tensor:
+        """Eq. 9 (plus eq. 8's penalty for both answers of a triplet); `labels` weight the rows."""
+        positive, negative, penalty = output
+        weight = labels.to(positive.dtype)
+        return pairwise_hinge(positive, negative, weight, self.config.margin) + \
+            (penalty * weight).sum() / weight.sum().clamp_min(1.0)
+
+    @staticmethod
+    def score(output: torch.Tensor) -> torch.Tensor:
+        return output
+
+
+# ------------------------------------------------------------------------------------ variants and baselines
+@dataclass
+class IARNNContextConfig(IARNNConfig):
+    attention: str = "context"
+
+
+@dataclass
+class IARNNGateConfig(IARNNConfig):
+    attention: str = "gate"
+
+
+@dataclass
+class IARNNOccamWordConfig(IARNNConfig):
+    occam: bool = True
+
+
+@dataclass
+class IARNNOccamContextConfig(IARNNConfig):
+    attention: str = "context"
+    occam: bool = True
+
+
+@dataclass
+class OARNNConfig(IARNNConfig):
+    attention: str = "outer"
+
+
+@dataclass
+class GRUConfig(IARNNConfig):
+    attention: str = "none"
+
+
+class IARNNContext(IARNN):
+    config_class = IARNNContextConfig
+
+
+class IARNNGate(IARNN):
+    config_class = IARNNGateConfig
+
+
+class IARNNOccamWord(IARNN):
+    config_class = IARNNOccamWordConfig
+
+
+class IARNNOccamContext(IARNN):
+    config_class = IARNNOccamContextConfig
+
+
+class OARNN(IARNN):
+    """The outer-attention baseline (eq. 2-3)."""
+
+    config_class = OARNNConfig
+
+
+class GRUBaseline(IARNN):
+    """The plain bidirectional GRU, both sides averaged."""
+
+    config_class = GRUConfig
