@@ -279,6 +279,11 @@ def run(cfg: TrainConfig) -> dict:
 
     from pipelines.tokenize import read_shards
 
+    from qa_models import MODELS
+
+    if cfg.model in MODELS and MODELS[cfg.model].inputs == "passages":
+        raise ValueError(f"--model {cfg.model} reads multi-passage shards (tokenised_passages); its training loop "
+                         "(span and multiple-choice objectives, EM/F1) is not in jobs/train.py yet")
     manifest = read_manifest(cfg.data)
     if manifest.get("schema", "tokenised_pairs") != "tokenised_pairs":
         raise ValueError(f"{cfg.data}: {manifest['schema']} shards; --model {cfg.model} trains on answer-selection "

@@ -4,18 +4,20 @@
 with a `tiny()` preset.
 """
 from qa_models.ctrn import CTRN, QRNN
+from qa_models.dynsan import DynSAN
 from qa_models.ggsa import (GGSA, IGGSA, QALSTM, GlobalSelfAttention, GroupSelfAttention, LocalSelfAttention,
                              LocalSelfAttentionGate, QALSTMAttention)
-from qa_models.gsamn import GSAMN
+from qa_models.gsamn import GSAMN, EncoderOnly, TransformersOnTop
 from qa_models.iarnn import (IARNN, OARNN, GRUBaseline, IARNNContext, IARNNGate, IARNNOccamContext,
                               IARNNOccamWord)
 
 MODELS = {
-    "gsamn": GSAMN,
+    "gsamn": GSAMN, "bert-transformer": TransformersOnTop, "bert": EncoderOnly,
     "ctrn": CTRN, "qrnn": QRNN,
     "ggsa": GGSA, "iggsa": IGGSA, "global-sa": GlobalSelfAttention, "group-sa": GroupSelfAttention,
     "local-sa": LocalSelfAttention, "local-sa-gate": LocalSelfAttentionGate,
     "qa-lstm": QALSTM, "qa-lstm-attention": QALSTMAttention,
     "iarnn-word": IARNN, "iarnn-context": IARNNContext, "iarnn-gate": IARNNGate,
     "iarnn-occam-word": IARNNOccamWord, "iarnn-occam-context": IARNNOccamContext, "oarnn": OARNN, "gru": GRUBaseline,
+    "dynsan": DynSAN,
 }

@@ -43,11 +43,12 @@ class MultiHeadAttention(nn.Module):
     `window` over the `window` words centred on each word (local self-attention: O(L^2) work, as the paper's
     Table 3 timings show, since the band is a mask over the full score matrix)."""
 
-    def __init__(self, dim: int, heads: int, window: int | None = None, dropout: float = 0.0):
+    def __init__(self, dim: int, heads: int, window: int | None = None, dropout: float = 0.0, sdpa: bool = False):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim {dim} is not a multiple of heads {heads}")
         self.dim, self.heads, self.window, self.dropout = dim, heads, window, dropout
+        self.sdpa = sdpa  # torch's fused scaled_dot_product_attention instead of the textbook softmax(QK^T)V
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
@@ -66,6 +67,10 @@ class MultiHeadAttention(nn.Module):
         batch, length, _ = x.shape
         d = self.dim // self.heads
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d).permute(2, 0, 3, 1, 4)  # each (B, h, L, d)
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.allowed(mask),
+                                                 dropout_p=self.dropout if self.training else 0.0).nan_to_num(0.0)
+            return self.out(out.transpose(1, 2).reshape(batch, length, self.dim))  # (B, L, D)
         scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(~self.allowed(mask), float("-inf"))  # (B,h,L,L)
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         if self.training and self.dropout:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qa_models.encoders import word_embedding_table
 from qa_models.scan import forget_mult, masked_forget
 
 
@@ -88,10 +89,8 @@ class CTRN(nn.Module):
     def __init__(self, config: CTRNConfig, embeddings: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
-        if embeddings is not None:
-            self.embed.weight.data.copy_(embeddings)
-        self.embed.weight.requires_grad_(not config.freeze_embeddings)
+        self.embed = word_embedding_table(config.vocab_size, config.embed_dim, config.pad_id, embeddings,
+                                          config.freeze_embeddings)
         self.project = nn.Linear(config.embed_dim, config.dim)  # shared by question and answer
         self.gates = QuasiRecurrentGates(config.dim, config.filters, config.kernel)  # shared, as in QRNN
         layers, width = [], 2 * config.filters

@@ -27,6 +27,18 @@ class WordEmbeddings(nn.Module):
         return self.dropout(self.embed(input_ids))  # (B, L, d)
 
 
+def word_embedding_table(vocab_size: int, dim: int, pad_id: int = 0, vectors: torch.Tensor | None = None,
+                         freeze: bool = False) -> nn.Embedding:
+    """An embedding table, initialised from `vectors` (vocab_size, dim) when given (pretrained word vectors,
+    for example jobs/word_vectors.py's embeddings.npy) and frozen when `freeze` (the papers' fixed GloVe or
+    fastText)."""
+    table = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
+    if vectors is not None:
+        table.weight.data.copy_(torch.as_tensor(vectors))
+    table.weight.requires_grad_(not freeze)
+    return table
+
+
 class PretrainedTransformer(nn.Module):
     """Token states of a Hugging Face encoder loaded from `path` (fine-tuned with the rest of the model)."""
 

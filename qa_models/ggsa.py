@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention, sinusoidal_positions
+from qa_models.encoders import word_embedding_table
 from qa_models.matching import BiRNN, Composition, PointwiseHead, masked_mean, pairwise_hinge, similarity
 
 ATTENTIONS = ("group", "global", "local")
@@ -52,6 +53,7 @@ class GGSAConfig:
     layers: int = 1
     ffn_dim: int = 1200  # "the same as [26]": four times the width
     final_norm: bool = False  # the Transformer block's last LayerNorm, which GGSA removes
+    sdpa: bool = False  # global/local attention through torch's fused scaled_dot_product_attention
     lstm_hidden: int = 141  # QA-LSTM per direction (141 for insuranceQA, 256 for yahooQA)
     composition: str = "max"  # max | attention | multihop
     hops: int = 2  # multihop sequential attention
@@ -95,7 +97,7 @@ class GGSABlock(nn.Module):
             self.attention = GroupMultiHeadAttention(dim, config.heads, config.group, config.offsets(), config.dropout)
         else:
             window = config.group if config.attention == "local" else None
-            self.attention = MultiHeadAttention(dim, config.heads, window, config.dropout)
+            self.attention = MultiHeadAttention(dim, config.heads, window, config.dropout, config.sdpa)
         self.gate = nn.Linear(dim, dim) if config.gate else None  # W, b
         self.norm = nn.LayerNorm(dim)
         self.ffn = FeedForward(dim, config.ffn_dim, config.dropout)
@@ -130,10 +132,8 @@ class GGSA(nn.Module):
         self.objective = config.objective
         if config.objective not in ("pairwise", "pointwise"):
             raise ValueError(f"objective must be pairwise or pointwise, got {config.objective!r}")
-        self.embed = nn.Embedding(config.vocab_size, config.dim, padding_idx=config.pad_id)
-        if embeddings is not None:
-            self.embed.weight.data.copy_(embeddings)
-        self.embed.weight.requires_grad_(not config.freeze_embeddings)
+        self.embed = word_embedding_table(config.vocab_size, config.dim, config.pad_id, embeddings,
+                                          config.freeze_embeddings)
         self.embed_dropout = nn.Dropout(config.embed_dropout)
         self.projection = nn.Linear(config.dim, config.dim) if config.project else None
         if config.encoder == "lstm":

@@ -79,10 +79,7 @@ class GSAMN(nn.Module):
     def __init__(self, config: GSAMNConfig):
         super().__init__()
         self.config = config
-        if config.encoder_path:
-            self.encoder = PretrainedTransformer(config.encoder_path)
-        else:
-            self.encoder = WordEmbeddings(config.vocab_size, config.dim, config.pad_id, config.dropout)
+        self.encoder = _memory_encoder(config)
         dim = self.encoder.dim
         self.controller = nn.Parameter(torch.randn(dim) * dim ** -0.5)  # c^0, learnable
         self.hops = nn.ModuleList(GatedSelfAttention(dim) for _ in range(config.hops))
@@ -111,3 +108,70 @@ class GSAMN(nn.Module):
     def score(logits: torch.Tensor) -> torch.Tensor:
         """The ranking score (the sigmoid is monotonic, so the logit ranks the same)."""
         return logits
+
+
+# ------------------------------------------------------------------------------- the ablations of Table 2
+@dataclass
+class TransformersOnTopConfig(GSAMNConfig):
+    layers: int = 2  # "two Transformer layers on top of BERT instead of our GSAMN architecture"
+    heads: int = 12
+
+    @classmethod
+    def tiny(cls) -> "TransformersOnTopConfig":
+        return cls(vocab_size=64, dim=16, dropout=0.0, max_len=32, layers=2, heads=4)
+
+
+class TransformersOnTop(nn.Module):
+    """[BERT + Transformers]: the same memory initialisation, then standard Transformer encoder layers
+    (post-LN, GELU, 4x feed-forward) in place of GSAMN's hops; the first token's state ([CLS]) with a
+    transformer, the mean of the real tokens with word embeddings, through a linear layer and a sigmoid."""
+
+    config_class = TransformersOnTopConfig
+    inputs = "joint"
+    loss, score = staticmethod(GSAMN.loss), staticmethod(GSAMN.score)
+
+    def __init__(self, config: TransformersOnTopConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = _memory_encoder(config)
+        dim = self.encoder.dim
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(dim, config.heads, 4 * dim, config.dropout, activation="gelu",
+                                       batch_first=True) for _ in range(config.layers))
+        self.dropout = nn.Dropout(config.dropout)
+        self.out = nn.Linear(dim, 1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.bool()
+        x = self.encoder(input_ids, mask)  # (B, L, d)
+        for layer in self.layers:
+            x = layer(x, src_key_padding_mask=~mask)
+        return self.out(self.dropout(_pool(x, mask, self.config.encoder_path))).squeeze(-1)  # (B,)
+
+
+@dataclass
+class EncoderOnlyConfig(TransformersOnTopConfig):
+    layers: int = 0
+
+    @classmethod
+    def tiny(cls) -> "EncoderOnlyConfig":
+        return cls(vocab_size=64, dim=16, dropout=0.0, max_len=32, layers=0, heads=4)
+
+
+class EncoderOnly(TransformersOnTop):
+    """[BERT]: the fine-tuned encoder alone, its pooled state through a linear layer and a sigmoid."""
+
+    config_class = EncoderOnlyConfig
+
+
+def _memory_encoder(config: GSAMNConfig) -> nn.Module:
+    if config.encoder_path:
+        return PretrainedTransformer(config.encoder_path)
+    return WordEmbeddings(config.vocab_size, config.dim, config.pad_id, config.dropout)
+
+
+def _pool(x: torch.Tensor, mask: torch.Tensor, transformer: str | None) -> torch.Tensor:
+    if transformer:
+        return x[:, 0]  # [CLS]
+    keep = mask[..., None].to(x.dtype)
+    return (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # (B, d)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from qa_models.encoders import word_embedding_table
 from qa_models.matching import AttentivePooling, masked_mean, pairwise_hinge, similarity
 
 ATTENTIONS = ("none", "outer", "word", "context", "gate")
@@ -109,10 +110,8 @@ class IARNN(nn.Module):
         if config.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {config.attention!r}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
-        if embeddings is not None:
-            self.embed.weight.data.copy_(embeddings)
-        self.embed.weight.requires_grad_(not config.freeze_embeddings)
+        self.embed = word_embedding_table(config.vocab_size, config.embed_dim, config.pad_id, embeddings,
+                                          config.freeze_embeddings)
         self.embed_dropout = nn.Dropout(config.embed_dropout)
         width = 2 * config.hidden
         self.forward_cell = AttentiveGRUCell(config.embed_dim, config.hidden, width, config.attention)

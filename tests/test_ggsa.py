@@ -98,6 +98,17 @@ def test_local_attention_sees_a_window_of_l_words_and_is_global_when_the_window_
     torch.testing.assert_close(wide(x, mask), full(x, mask))
 
 
+def test_fused_global_and_local_attention_equal_the_textbook_form():
+    torch.manual_seed(2)
+    for window in (None, 4):
+        textbook = MultiHeadAttention(12, 3, window).eval()
+        fused = MultiHeadAttention(12, 3, window, sdpa=True).eval()
+        fused.load_state_dict(textbook.state_dict())
+        x, mask = torch.randn(2, 9, 12), torch.ones(2, 9, dtype=torch.bool)
+        mask[0, 5:] = False
+        torch.testing.assert_close(fused(x, mask)[mask], textbook(x, mask)[mask], atol=1e-5, rtol=1e-5)
+
+
 def test_sinusoidal_positions():
     table = sinusoidal_positions(3, 6)
     assert table[0].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]

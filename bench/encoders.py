@@ -1,0 +1,221 @@
+"""Encoder efficiency: forward+backward time and peak memory of the papers' efficient encoders against the
+layers they replace, in one run on this machine.
+
+    python bench/encoders.py [--quick] [--threads N] [--repeats R] [--json bench/encoders.json]
+
+- GGSA: group multi-head attention (6 heads, groups of 10, offsets 0 and 5; D = 300) against global
+  self-attention, textbook softmax(QK^T)V and torch's fused scaled_dot_product_attention (SDPA), at
+  L = 200, 1,000, 4,000 (the paper: a factor m = L / l less attention work).
+- CTRN and QRNN (d = 256, both texts of length L, batch 64) against the same network with nn.LSTM or nn.GRU
+  of the same width in place of the quasi-recurrent layer and its cells, at L = 50 and 400 (the paper: 4x
+  faster than an LSTM, on a GPU).
+- DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
+  every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
+  memory like a BiLSTM's, half that of full attention).
+
+Every case runs in a fresh process (so peak memory is its own): one warm-up pass, then --repeats timed passes
+of forward + backward; memory is the peak resident set above what the process held before the first pass
+(ru_maxrss), and the bytes autograd saved for backward (the activations, exact and machine-independent).
+Every ratio is theirs over ours: above 1, ours is that many times faster or smaller.
+The last line is one JSON object (also written to --json) with `ggsa_vs_global_speedup_L1000` and
+`dynsan_vs_full_speedup_L4096` (against SDPA), `ctrn_vs_lstm_speedup` (L = 400),
+`dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured) and
+`dynsan_vs_full_sdpa_memory_ratio_L4096`, with every case's figures under `cases`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard library's tokenize
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import argparse  # noqa: E402
+import multiprocessing  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+from bench.report import write_result  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+GGSA_LENGTHS, CTRN_LENGTHS, DYNSAN_LENGTHS = (200, 1000, 4000), (50, 400), (1024, 2048, 4096, 8192)
+QUICK = {"ggsa": (1000,), "ctrn": (400,), "dynsan": (4096,)}
+
+
+# ------------------------------------------------------------------------------------------------ the cases
+def _ggsa_case(variant: str, length: int):
+    import torch
+
+    from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention
+
+    batch = max(1, 8000 // length)  # the same number of tokens at every length
+    if variant == "group":
+        layer = GroupMultiHeadAttention(300, 6, 10, [0, 0, 0, 5, 5, 5])
+    else:
+        layer = MultiHeadAttention(300, 6, sdpa=variant == "global-sdpa")
+    x = torch.randn(batch, length, 300, requires_grad=True)
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    return lambda: layer(x, mask).sum(), {"batch": batch}
+
+
+class _RecurrentPairModel:
+    """CTRN's network with a torch RNN (LSTM or GRU) of width d in place of its quasi-recurrent layer and cells."""
+
+    def __init__(self, cell: str, config):
+        import torch
+        from torch import nn
+
+        self.torch = torch
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.project = nn.Linear(config.embed_dim, config.dim)
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](config.dim, config.filters, batch_first=True)
+        self.out = nn.Sequential(nn.Linear(2 * config.filters, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
+
+    def __call__(self, q, q_mask, a, a_mask):
+        def encode(ids, mask):
+            h, _ = self.rnn(self.project(self.embed(ids)))
+            keep = mask[..., None].float()
+            return (h * keep).sum(1) / keep.sum(1)
+
+        return self.out(self.torch.cat([encode(q, q_mask), encode(a, a_mask)], -1))
+
+
+def _ctrn_case(variant: str, length: int):
+    import torch
+
+    from qa_models.ctrn import CTRN, CTRNConfig
+
+    config = CTRNConfig(vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0,
+                        cross=variant != "qrnn")
+    model = CTRN(config) if variant in ("ctrn", "qrnn") else _RecurrentPairModel(variant, config)
+    batch = 64
+    q, a = torch.randint(1, 5000, (batch, length)), torch.randint(1, 5000, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    return lambda: model(q, mask, a, mask).sum(), {"batch": batch}
+
+
+def _dynsan_case(variant: str, length: int):
+    import torch
+    from torch import nn
+
+    from qa_models.dynsan import DynSABlock
+
+    x = torch.randn(1, length, 128, requires_grad=True)
+    mask = torch.ones(1, length, dtype=torch.bool)
+    if variant == "bilstm":
+        lstm = nn.LSTM(128, 64, batch_first=True, bidirectional=True)
+        return lambda: lstm(x)[0].sum(), {"batch": 1}
+    block = DynSABlock(128, 8, 256, 7, select=variant == "dynsa", sdpa=variant in ("dynsa", "full-sdpa"))
+    return lambda: block(x, mask)[0].sum(), {"batch": 1}
+
+
+BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "dynsan": _dynsan_case}
+VARIANTS = {"ggsa": ("group", "global-sdpa", "global-textbook"), "ctrn": ("ctrn", "qrnn", "lstm", "gru"),
+            "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm")}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _run_case(family: str, variant: str, length: int, threads: int, repeats: int) -> dict:
+    import resource
+
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    step, extra = BUILDERS[family](variant, length)
+    saved = 0
+
+    def pack(t):
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    before = _rss_mb()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = step()
+    loss.backward()  # the warm-up pass
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step().backward()
+        seconds.append(time.perf_counter() - started)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    return {"family": family, "variant": variant, "length": length, **extra, "seconds": min(seconds),
+            "peak_mb": round(peak - before, 1), "saved_for_backward_mb": round(saved / 2**20, 1)}
+
+
+def run_case(family, variant, length, threads, repeats) -> dict:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(_run_case, (family, variant, length, threads, repeats))
+
+
+# -------------------------------------------------------------------------------------------------- report
+def _ratio(cases, family, length, ours, theirs, key="seconds") -> float | None:
+    by = {(c["variant"], c["length"]): c for c in cases if c["family"] == family}
+    if (ours, length) not in by or (theirs, length) not in by:
+        return None
+    return round(by[(theirs, length)][key] / max(by[(ours, length)][key], 1e-9), 2)
+
+
+BOUNDS = {
+    "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
+            "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
+    "ctrn": "CTRN's recurrence is a hand-written forget-mult (qa_models/scan.py): one fused elementwise step per "
+            "position in Python, against oneDNN's fused LSTM/GRU kernels; on a GPU the paper's 4x needs the "
+            "recurrence as one CUDA kernel; CTRN runs two cells per text",
+    "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
+              "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="one length per family (L = 1000, 400, 4096), one repeat")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per case")
+    p.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3; 1 with --quick)")
+    p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
+    args = p.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    lengths = QUICK if args.quick else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "dynsan": DYNSAN_LENGTHS}
+    started = time.time()
+    cases = []
+    for family in ("ggsa", "ctrn", "dynsan"):
+        for length in lengths[family]:
+            for variant in VARIANTS[family]:
+                if args.quick and variant == "bilstm":
+                    continue
+                case = run_case(family, variant, length, args.threads, repeats)
+                cases.append(case)
+                print(f"{family:7s} {variant:16s} L={length:5d} batch={case['batch']:3d}  {case['seconds'] * 1000:9.1f} ms"
+                      f"  peak {case['peak_mb']:8.1f} MB  saved {case['saved_for_backward_mb']:8.1f} MB", flush=True)
+    result = {
+        "ggsa_vs_global_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-sdpa"),
+        "ggsa_vs_global_textbook_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-textbook"),
+        "ctrn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "ctrn", "lstm"),
+        "qrnn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "qrnn", "lstm"),
+        "dynsan_vs_full_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa"),
+        "dynsan_vs_full_textbook_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook"),
+        "dynsan_vs_full_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook", "peak_mb"),
+        "dynsan_vs_full_sdpa_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa", "peak_mb"),
+        "dynsan_vs_full_saved_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook",
+                                                   "saved_for_backward_mb"),
+        "bounds": BOUNDS,
+        "machine": {"cpus": os.cpu_count(), "threads": args.threads, "processor": platform.processor() or
+                    platform.machine(), "device": "cpu"},
+        "quick": args.quick, "repeats": repeats, "seconds": round(time.time() - started, 1), "cases": cases,
+    }
+    for family, why in BOUNDS.items():
+        print(f"bound ({family}): {why}")
+    write_result(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

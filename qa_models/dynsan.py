@@ -1,0 +1,302 @@
+"""DynSAN, the Token-level Dynamic Self-Attention Network for multi-passage reading comprehension.
+
+Zhuang & Wang, "Token-level Dynamic Self-Attention Network for Multi-Passage Reading Comprehension", ACL 2019
+(`../shared/papers/002_5aab4da64e84e715.txt`).
+
+The DynSA block (section 2): a local encoder of two depthwise-separable convolutions, each Conv(LN(X)) + X;
+then, from its output U,
+
+    G   = sigmoid(F^G(F^U(U)))              (H, L): a gate per head and token                        (1)
+    pick per head the K tokens of largest g_h (all of them when the sequence is shorter than K)
+    A_h = softmax(Q_h K_h^T / sqrt(D/H)) V_h over the chosen tokens only, Q, K, V projections of U_h  (2)
+    Z_h = (F_h + Pad(A_h)) * g_h / max(g_h) zeros at unchosen positions                            (3)
+    F_h = F^H_h(F^U(U))                     a non-linear transformation, so the gate always gets a gradient (4)
+    Y   = F^Y([Z_1; ...; Z_H]) + U                                                                  (5)
+
+and the regulariser beta * ||G||_1 (6, beta = 1e-5). Attention costs O(K^2) per head, everything else O(L):
+memory grows linearly in L. Here F^U is one ReLU layer shared by the gate and F (the paper writes F^U and F^U_h),
+and F^H maps it to all heads at once (a stack of the per-head affine maps F^H_h).
+
+The network (section 3): fixed word embeddings and a character CNN (15-d characters, convolution and
+max-pooling), a 2-layer highway network, a projection to D with sinusoidal positions; one DynSA layer, shared,
+over the question and each passage apart; trilinear co-attention alignment (context-to-query and
+query-to-context as in QANet, [c; a; c*a; c*b]) projected to D and another DynSA layer per passage; the
+passages concatenated end to end with a rank embedding added to each passage's tokens and N DynSA blocks over
+the whole; then either the extractive head (start and end distributions over all tokens; the loss sums the
+probability of every occurrence of the answer, as HAS does) or the multiple-choice head (eq. 7-8: a softmax
+over all tokens, a candidate's probability the sum over its mentions).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from qa_models.attention import sinusoidal_positions
+from qa_models.encoders import word_embedding_table
+from qa_models.matching import masked_softmax
+
+
+@dataclass
+class DynSANConfig:
+    vocab_size: int = 30_000
+    char_vocab_size: int = 300
+    word_dim: int = 300  # fastText, fixed
+    char_dim: int = 15
+    char_filters: int = 100
+    char_kernel: int = 5
+    dim: int = 128  # D
+    heads: int = 8  # H
+    top_k: int = 256  # K
+    kernel: int = 7  # the local encoder's convolutions
+    cross_blocks: int = 4  # N
+    max_passages: int = 100  # rank embeddings (Quasar-T gives 100 passages)
+    task: str = "extractive"  # or "multiple_choice"
+    max_answer_tokens: int = 30  # the longest span predicted
+    dropout: float = 0.1
+    gate_l1: float = 1e-5  # beta
+    select: bool = True  # False: attention over every token (the reference DynSA is tested against)
+    sdpa: bool = False  # eq. 2 through torch's fused scaled_dot_product_attention
+    freeze_embeddings: bool = True
+    pad_id: int = 0
+
+    @classmethod
+    def tiny(cls) -> "DynSANConfig":
+        return cls(vocab_size=64, char_vocab_size=32, word_dim=12, char_dim=4, char_filters=6, char_kernel=3, dim=16,
+                   heads=2, top_k=4, kernel=3, cross_blocks=1, max_passages=4, dropout=0.0, freeze_embeddings=False)
+
+
+class DepthwiseSeparableConv(nn.Module):
+    """Conv(LN(X)) + X with a depthwise convolution of width k and a pointwise one (Chollet 2017)."""
+
+    def __init__(self, dim: int, kernel: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.depthwise = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim, bias=False)
+        self.pointwise = nn.Conv1d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # x: (B, L, D); padding is zeroed first so a real token's window sees zeros past the end, however long
+        h = (self.norm(x) * mask[..., None].to(x.dtype)).transpose(1, 2)  # (B, D, L)
+        return x + torch.relu(self.pointwise(self.depthwise(h))).transpose(1, 2)
+
+
+class DynSABlock(nn.Module):
+    def __init__(self, dim: int, heads: int, top_k: int, kernel: int, dropout: float = 0.0, select: bool = True,
+                 sdpa: bool = False):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not a multiple of heads {heads}")
+        self.dim, self.heads, self.top_k, self.select = dim, heads, top_k, select
+        self.sdpa = sdpa  # torch's fused scaled_dot_product_attention for eq. 2
+        self.local = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(2))
+        self.hidden = nn.Linear(dim, dim)  # F^U (with a ReLU)
+        self.gate = nn.Linear(dim, heads)  # F^G
+        self.transform = nn.Linear(dim, dim)  # F^H for all heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)  # F^Y
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Y (B, L, D) and the gate's L1 norm over real tokens per sequence (B,). x: (B, L, D), mask (B, L)."""
+        for conv in self.local:
+            x = conv(x, mask)
+        u = x  # U: (B, L, D)
+        batch, length, _ = u.shape
+        d = self.dim // self.heads
+        hidden = torch.relu(self.hidden(u))  # (B, L, D)
+        gates = torch.sigmoid(self.gate(hidden)).transpose(1, 2) * mask[:, None, :].to(u.dtype)  # G: (B, H, L)
+        f = self.transform(hidden).view(batch, length, self.heads, d).transpose(1, 2)  # F_h: (B, H, L, d)
+        qkv = self.qkv(u).view(batch, length, 3, self.heads, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, d)
+        if self.select and self.top_k < length:
+            chosen = gates.masked_fill(~mask[:, None, :], -1.0).topk(self.top_k, dim=-1).indices  # (B, H, K)
+            index = chosen[..., None].expand(-1, -1, -1, d)  # (B, H, K, d)
+            q, k, v = (t.gather(2, index) for t in qkv)  # each (B, H, K, d): U_h's projections
+            keys = mask[:, None, :].expand(-1, self.heads, -1).gather(2, chosen)  # (B, H, K)
+        else:  # every token chosen
+            q, k, v = qkv
+            keys = mask[:, None, :].expand(-1, self.heads, -1)  # (B, H, L)
+        if self.sdpa:
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keys[:, :, None, :], dropout_p=
+                                                      self.dropout.p if self.training else 0.0).nan_to_num(0.0)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / d ** 0.5  # (B, H, K, K)
+            weights = torch.softmax(scores.masked_fill(~keys[:, :, None, :], float("-inf")), -1).nan_to_num(0.0)
+            attended = self.dropout(weights) @ v  # A_h: (B, H, K, d)
+        if self.select and self.top_k < length:
+            attended = torch.zeros_like(f).scatter(2, index, attended)  # Pad(A_h): (B, H, L, d)
+        scale = gates / gates.amax(-1, keepdim=True).clamp_min(1e-9)  # g_h / max(g_h): (B, H, L)
+        z = (f + attended) * scale[..., None]  # eq. 3: (B, H, L, d)
+        y = self.out(self.dropout(z.transpose(1, 2).reshape(batch, length, self.dim))) + u  # eq. 5
+        return y * mask[..., None].to(y.dtype), gates.sum((1, 2))
+
+
+class CharCNN(nn.Module):
+    """Kim (2014): character embeddings, one convolution, max-pooling over each word's characters."""
+
+    def __init__(self, chars: int, dim: int, filters: int, kernel: int):
+        super().__init__()
+        self.embed = nn.Embedding(chars, dim, padding_idx=0)
+        self.conv = nn.Conv1d(dim, filters, kernel, padding=kernel // 2)
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        # char_ids: (B, L, C) -> (B, L, filters)
+        batch, length, width = char_ids.shape
+        x = self.embed(char_ids.reshape(-1, width)).transpose(1, 2)  # (B*L, c, C)
+        h = torch.relu(self.conv(x)).masked_fill((char_ids.reshape(-1, 1, width) == 0), float("-inf"))
+        return h.amax(-1).nan_to_num(0.0, neginf=0.0).clamp_min(0.0).view(batch, length, -1)
+
+
+class Highway(nn.Module):
+    def __init__(self, dim: int, layers: int = 2):
+        super().__init__()
+        self.transforms = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+        self.gates = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for transform, gate in zip(self.transforms, self.gates):
+            t = torch.sigmoid(gate(x))
+            x = t * torch.relu(transform(x)) + (1 - t) * x
+        return x
+
+
+class TrilinearAlignment(nn.Module):
+    """S_ij = w^T [c_i; q_j; c_i * q_j]; A = softmax_j(S) Q, B = softmax_j(S) softmax_i(S)^T C (QANet), and
+    [c; a; c * a; c * b] projected back to D."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.w_c, self.w_q, self.w_cq = nn.Linear(dim, 1), nn.Linear(dim, 1, bias=False), nn.Parameter(torch.zeros(dim))
+        nn.init.normal_(self.w_cq, std=dim ** -0.5)
+        self.project = nn.Linear(4 * dim, dim)
+
+    def forward(self, c, c_mask, q, q_mask) -> torch.Tensor:
+        # c: (P, Lc, D) passages, q: (P, Lq, D) their question
+        s = self.w_c(c) + self.w_q(q).transpose(1, 2) + (c * self.w_cq) @ q.transpose(1, 2)  # (P, Lc, Lq)
+        to_query = masked_softmax(s, q_mask[:, None, :].expand_as(s))  # over question words
+        to_context = masked_softmax(s.transpose(1, 2), c_mask[:, None, :].expand(-1, s.size(2), -1))  # (P, Lq, Lc)
+        a = to_query @ q  # (P, Lc, D)
+        b = to_query @ (to_context @ c)  # (P, Lc, D)
+        return self.project(torch.cat([c, a, c * a, c * b], -1))
+
+
+def split_passages(x: torch.Tensor, passage: torch.Tensor, mask: torch.Tensor, passages: int):
+    """(B, L, D) tokens of concatenated passages to (B * M, Lp, D) one passage per row, with the mask and the
+    index that puts them back (`join_passages`). `passage` (B, L) is each token's passage number."""
+    batch, length = passage.shape
+    position = torch.arange(length, device=x.device).expand(batch, -1)
+    passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
+    first = torch.full((batch, passages), length, device=x.device, dtype=torch.long).scatter_reduce(
+        1, passage, position.masked_fill(~mask, length), reduce="amin")  # (B, M): each passage's first token
+    within = (position - first.gather(1, passage)).masked_fill(~mask, 0)  # (B, L)
+    width = int(within.max()) + 1 if mask.any() else 1
+    rows = (torch.arange(batch, device=x.device)[:, None] * passages + passage)  # (B, L)
+    flat = x.new_zeros(batch * passages, width, x.size(-1))
+    flat_mask = torch.zeros(batch * passages, width, dtype=torch.bool, device=x.device)
+    flat[rows[mask], within[mask]] = x[mask]
+    flat_mask[rows[mask], within[mask]] = True
+    return flat, flat_mask, (rows, within)
+
+
+def join_passages(flat: torch.Tensor, where, mask: torch.Tensor) -> torch.Tensor:
+    rows, within = where
+    return flat[rows, within] * mask[..., None].to(flat.dtype)  # (B, L, D)
+
+
+class DynSAN(nn.Module):
+    config_class = DynSANConfig
+    inputs = "passages"
+
+    def __init__(self, config: DynSANConfig, embeddings: torch.Tensor | None = None):
+        super().__init__()
+        if config.task not in ("extractive", "multiple_choice"):
+            raise ValueError(f"task must be extractive or multiple_choice, got {config.task!r}")
+        self.config = config
+        self.embed = word_embedding_table(config.vocab_size, config.word_dim, config.pad_id, embeddings,
+                                          config.freeze_embeddings)
+        self.chars = CharCNN(config.char_vocab_size, config.char_dim, config.char_filters, config.char_kernel)
+        width = config.word_dim + config.char_filters
+        self.highway = Highway(width, 2)
+        self.project = nn.Linear(width, config.dim)
+
+        def block():
+            return DynSABlock(config.dim, config.heads, config.top_k, config.kernel, config.dropout, config.select,
+                              config.sdpa)
+
+        self.encode_block = block()  # question and passages, shared
+        self.alignment = TrilinearAlignment(config.dim)
+        self.model_block = block()  # each aligned passage
+        self.rank = nn.Embedding(config.max_passages, config.dim)
+        self.cross = nn.ModuleList(block() for _ in range(config.cross_blocks))
+        self.dropout = nn.Dropout(config.dropout)
+        self.heads = nn.Linear(config.dim, 2 if config.task == "extractive" else 1)  # F^S (start, end)
+
+    def _embed(self, ids, chars, mask):
+        x = torch.cat([self.embed(ids), self.chars(chars)], -1)  # (B, L, word + char)
+        x = self.project(self.highway(self.dropout(x)))  # (B, L, D)
+        return (x + sinusoidal_positions(ids.size(1), self.config.dim, ids.device)) * mask[..., None].to(x.dtype)
+
+    def forward(self, question_ids, question_chars, question_mask, context_ids, context_chars, context_mask,
+                passage) -> dict:
+        """Logits over all context tokens: {"start", "end"} (extractive) or {"tokens"} (eq. 7, multiple
+        choice), each (B, L), and "gate_l1" (B,). `passage` (B, L) numbers each token's passage in rank order."""
+        q_mask, c_mask = question_mask.bool(), context_mask.bool()
+        passages = self.config.max_passages
+        q, gate_q = self.encode_block(self._embed(question_ids, question_chars, q_mask), q_mask)  # (B, Lq, D)
+        c = self._embed(context_ids, context_chars, c_mask)  # (B, L, D)
+        flat, flat_mask, where = split_passages(c, passage, c_mask, passages)  # (B*M, Lp, D)
+        live = flat_mask.any(1)  # passages that exist
+        flat, flat_mask = flat[live], flat_mask[live]
+        owner = torch.arange(c.size(0), device=c.device).repeat_interleave(passages)[live]  # each row's question
+        gates = [gate_q]
+        h, g = self.encode_block(flat, flat_mask)
+        gates.append(torch.zeros_like(gate_q).index_add(0, owner, g))
+        h = self.alignment(h, flat_mask, q[owner], q_mask[owner])
+        h, g = self.model_block(self.dropout(h), flat_mask)
+        gates.append(torch.zeros_like(gate_q).index_add(0, owner, g))
+        full = flat.new_zeros(live.numel(), flat.size(1), flat.size(2))
+        full[live] = h
+        s = join_passages(full, where, c_mask)  # (B, L, D), concatenated end to end
+        s = s + self.rank(passage.clamp(0, passages - 1)) * c_mask[..., None].to(s.dtype)
+        for block in self.cross:
+            s, g = block(self.dropout(s), c_mask)
+            gates.append(g)
+        logits = self.heads(s).masked_fill(~c_mask[..., None], float("-inf"))  # (B, L, 2 or 1)
+        gate_l1 = sum(gates)
+        if self.config.task == "extractive":
+            return {"start": logits[..., 0], "end": logits[..., 1], "gate_l1": gate_l1}
+        return {"tokens": logits[..., 0], "gate_l1": gate_l1}
+
+    def loss(self, output: dict, targets: dict) -> torch.Tensor:
+        """Negative log-likelihood plus beta * ||G||_1. Extractive: targets "starts", "ends" (B, A) token
+        positions of every occurrence of the answer, -1 padded; the probability of all of them is summed.
+        Multiple choice: "mentions" (B, L) the candidate index of each token (-1: none) and "answer" (B,)."""
+        gate = self.config.gate_l1 * output["gate_l1"].mean()
+        if self.config.task == "extractive":
+            return _occurrence_nll(output["start"], targets["starts"]) + \
+                _occurrence_nll(output["end"], targets["ends"]) + gate
+        log_r = output["tokens"].log_softmax(-1)  # (B, L): eq. 7
+        correct = targets["mentions"] == targets["answer"][:, None]  # (B, L): T_c of the right candidate
+        return -torch.logsumexp(log_r.masked_fill(~correct, float("-inf")), -1).mean() + gate  # eq. 8
+
+    def candidate_log_probs(self, output: dict, mentions: torch.Tensor, candidates: int) -> torch.Tensor:
+        """log P(c | q, P) (B, candidates) (eq. 8): the token distribution summed over each candidate's mentions."""
+        r = output["tokens"].softmax(-1)  # (B, L)
+        sums = r.new_zeros(r.size(0), candidates + 1).scatter_add(1, (mentions + 1).clamp_min(0), r)[:, 1:]
+        return sums.clamp_min(1e-30).log()
+
+    def best_spans(self, output: dict) -> torch.Tensor:
+        """(B, 2) start and end of the most probable span with end >= start and at most max_answer_tokens."""
+        start, end = output["start"].log_softmax(-1), output["end"].log_softmax(-1)  # (B, L)
+        width = self.config.max_answer_tokens
+        ends = F.pad(end, (0, width - 1), value=float("-inf")).unfold(1, width, 1)  # (B, L, W): end[s + w]
+        best = (start[:, :, None] + ends).flatten(1).argmax(-1)  # linear in L, not (L, L)
+        return torch.stack([best // width, best // width + best % width], -1)
+
+
+def _occurrence_nll(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    log_p = logits.log_softmax(-1)  # (B, L)
+    picked = log_p.gather(1, positions.clamp_min(0)).masked_fill(positions < 0, float("-inf"))  # (B, A)
+    return -torch.logsumexp(picked, -1).mean()

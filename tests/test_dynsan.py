@@ -1,0 +1,143 @@
+"""DynSAN: the DynSA block against attention over its chosen tokens computed by hand, equal to the block without
+selection when K covers the sequence, memory linear in L, the passage split, both heads' likelihoods by hand,
+padding invariance of the whole network."""
+import pytest
+import torch
+
+from qa_models.dynsan import DynSABlock, DynSAN, DynSANConfig, _occurrence_nll, join_passages, split_passages
+
+
+def _block(select=True, top_k=4, seed=0):
+    torch.manual_seed(seed)
+    return DynSABlock(dim=8, heads=2, top_k=top_k, kernel=3, select=select).eval()
+
+
+def test_with_k_at_least_the_length_selection_changes_nothing():
+    x, mask = torch.randn(2, 9, 8), torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    selecting, plain = _block(top_k=9), _block(select=False)
+    plain.load_state_dict(selecting.state_dict())
+    torch.testing.assert_close(selecting(x, mask)[0], plain(x, mask)[0])
+    longer = _block(top_k=50)
+    longer.load_state_dict(selecting.state_dict())
+    torch.testing.assert_close(longer(x, mask)[0], plain(x, mask)[0])
+
+
+def test_attention_runs_among_the_k_chosen_tokens_only_and_unchosen_get_zeros():
+    block = _block(top_k=3)
+    x, mask = torch.randn(1, 10, 8), torch.ones(1, 10, dtype=torch.bool)
+    mask[0, 8:] = False
+    out, gate_l1 = block(x, mask)
+    u = x
+    for conv in block.local:
+        u = conv(u, mask)
+    hidden = torch.relu(block.hidden(u))
+    gates = torch.sigmoid(block.gate(hidden))[0].T * mask[0]  # (H, L)
+    f = block.transform(hidden)[0].view(10, 2, 4).transpose(0, 1)  # (H, L, d)
+    q, k, v = block.qkv(u)[0].view(10, 3, 2, 4).permute(1, 2, 0, 3)  # each (H, L, d)
+    z = torch.zeros(2, 10, 4)
+    for h in range(2):
+        chosen = gates[h, :8].topk(3).indices  # real tokens only
+        attended = torch.zeros(10, 4)
+        weights = torch.softmax(q[h, chosen] @ k[h, chosen].T / 2.0, -1)  # sqrt(D / H) = 2
+        attended[chosen] = weights @ v[h, chosen]
+        z[h] = (f[h] + attended) * (gates[h] / gates[h].max())[:, None]  # eq. 3
+    expected = block.out(z.transpose(0, 1).reshape(10, 8)) + u[0]  # eq. 5
+    torch.testing.assert_close(out[0, :8], expected[:8])
+    assert (out[0, 8:] == 0).all()
+    torch.testing.assert_close(gate_l1[0], gates.sum())
+
+
+def _saved_bytes(block, length):
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    x = torch.randn(1, length, 8, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x, torch.ones(1, length, dtype=torch.bool))[0].sum()
+    return total
+
+
+def test_memory_grows_linearly_in_the_length_with_selection_and_quadratically_without():
+    selecting, plain = _block(top_k=16), _block(select=False)
+    linear = _saved_bytes(selecting, 2048) / _saved_bytes(selecting, 1024)
+    quadratic = _saved_bytes(plain, 2048) / _saved_bytes(plain, 1024)
+    assert linear < 2.2 and quadratic > 3.0, (linear, quadratic)
+
+
+def test_split_and_join_passages_round_trip():
+    x = torch.arange(2 * 7, dtype=torch.float32).view(2, 7, 1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    passage = torch.tensor([[0, 0, 1, 1, 1, 2, 0], [0, 1, 1, 1, 0, 0, 0]])
+    flat, flat_mask, where = split_passages(x, passage, mask, passages=3)
+    assert flat.shape == (6, 3, 1)
+    assert flat[0, :2, 0].tolist() == [0.0, 1.0] and flat[1, :, 0].tolist() == [2.0, 3.0, 4.0]
+    assert flat_mask.sum(1).tolist() == [2, 3, 1, 1, 3, 0]
+    torch.testing.assert_close(join_passages(flat, where, mask), x * mask[..., None])
+
+
+def test_heads_likelihoods_by_hand():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    nll = _occurrence_nll(logits, torch.tensor([[1, 3, -1]]))  # two occurrences: p = 0.2 + 0.4
+    assert nll.item() == pytest.approx(-torch.log(torch.tensor(0.6)).item())
+    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": "multiple_choice"}))
+    output = {"tokens": logits, "gate_l1": torch.zeros(1)}
+    mentions = torch.tensor([[0, -1, 1, 0]])  # candidate 0 at tokens 0 and 3, candidate 1 at token 2
+    log_p = model.candidate_log_probs(output, mentions, candidates=3)
+    torch.testing.assert_close(log_p.exp(), torch.tensor([[0.5, 0.3, 0.0]]))
+    loss = model.loss(output, {"mentions": mentions, "answer": torch.tensor([1])})
+    assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.3)).item())
+
+
+def test_best_span_is_ordered_and_no_longer_than_the_cap():
+    config = DynSANConfig(**{**DynSANConfig.tiny().__dict__, "max_answer_tokens": 2})
+    model = DynSAN(config)
+    start = torch.log(torch.tensor([[0.7, 0.1, 0.1, 0.1]]))
+    end = torch.log(torch.tensor([[0.05, 0.05, 0.1, 0.8]]))
+    assert model.best_spans({"start": start, "end": end}).tolist() == [[2, 3]]  # (0, 3) is 4 tokens long
+    config.max_answer_tokens = 4
+    assert model.best_spans({"start": start, "end": end}).tolist() == [[0, 3]]
+
+
+def _passage_batch(extra_q=0, extra_c=0):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(4, 64, (2, 5), generator=g)
+    q_chars = torch.randint(1, 32, (2, 5, 4), generator=g)
+    c = torch.randint(4, 64, (2, 14), generator=g)
+    c_chars = torch.randint(1, 32, (2, 14, 4), generator=g)
+    q_mask, c_mask = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 14, dtype=torch.bool)
+    q_mask[1, 3:], c_mask[1, 9:] = False, False
+    passage = torch.tensor([[0] * 6 + [1] * 5 + [2] * 3, [0] * 4 + [1] * 5 + [0] * 5])
+
+    def pad(t, n):
+        return torch.cat([t, t.new_zeros(t.size(0), n, *t.shape[2:])], 1)
+
+    return (pad(q * q_mask, extra_q), pad(q_chars * q_mask[..., None], extra_q), pad(q_mask, extra_q),
+            pad(c * c_mask, extra_c), pad(c_chars * c_mask[..., None], extra_c), pad(c_mask, extra_c),
+            pad(passage * c_mask, extra_c))
+
+
+@pytest.mark.parametrize("task", ["extractive", "multiple_choice"])
+def test_the_network_is_padding_invariant(task):
+    torch.manual_seed(0)
+    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": task})).eval()
+    with torch.no_grad():
+        plain, padded = model(*_passage_batch()), model(*_passage_batch(extra_q=3, extra_c=6))
+    mask = _passage_batch()[5]
+    for key in ("start", "end") if task == "extractive" else ("tokens",):
+        torch.testing.assert_close(plain[key][mask], padded[key][:, :14][mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain["gate_l1"], padded["gate_l1"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("select", [True, False])
+def test_the_fused_attention_path_equals_the_textbook_one(select):
+    textbook = _block(select=select, top_k=4)
+    fused = DynSABlock(dim=8, heads=2, top_k=4, kernel=3, select=select, sdpa=True).eval()
+    fused.load_state_dict(textbook.state_dict())
+    x, mask = torch.randn(2, 11, 8), torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 3:] = False
+    torch.testing.assert_close(fused(x, mask)[0], textbook(x, mask)[0], atol=1e-5, rtol=1e-5)
