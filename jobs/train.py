@@ -92,13 +92,13 @@ def model_options(model_class, options: list[str], error) -> dict:
             error(f"--model-option {option!r}: expected KEY=VALUE with KEY one of {sorted(defaults)}")
         default = defaults[key]
         try:
-            if text.lower() in ("none", "null") and (default is None or key in ("offset", "encoder_path")):
+            if text.lower() in ("none", "null") and default is None:
                 value = None
             elif isinstance(default, bool):
                 if text.lower() not in ("true", "false", "1", "0"):
                     raise ValueError("expected true or false")
                 value = text.lower() in ("true", "1")
-            elif isinstance(default, (int, float)) and default is not None:
+            elif isinstance(default, (int, float)):
                 value = type(default)(text)
             elif default is None:
                 value = int(text) if text.lstrip("-").isdigit() else text

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qa_models.encoders import word_embedding_table
+from qa_models.matching import masked_mean
 from qa_models.scan import forget_mult, masked_forget
 
 
@@ -103,11 +104,6 @@ class CTRN(nn.Module):
     def _encode(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.gates(self.project(self.embed(ids)))  # Z, F, O: (B, L, d)
 
-    @staticmethod
-    def _pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        keep = mask[..., None].to(h.dtype)  # (B, L, 1)
-        return (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # (B, d)
-
     def _cells(self, own, partner, mask, partner_mask) -> torch.Tensor:
         z, f, o = own
         h = o * forget_mult(masked_forget(f, mask), z)  # (B, L, d)
@@ -127,7 +123,7 @@ class CTRN(nn.Module):
         q, a = self._encode(question_ids), self._encode(answer_ids)
         h_q = self._cells(q, a, q_mask, a_mask)  # (B, Lq, d)
         h_a = self._cells(a, q, a_mask, q_mask)  # (B, La, d)
-        x = torch.cat([self._pool(h_q, q_mask), self._pool(h_a, a_mask)], dim=-1)  # (B, 2d)
+        x = torch.cat([masked_mean(h_q, q_mask), masked_mean(h_a, a_mask)], dim=-1)  # (B, 2d): mean pooling
         return self.out(self.mlp(x))
 
     @staticmethod

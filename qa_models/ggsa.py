@@ -32,7 +32,8 @@ from torch import nn
 
 from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention, sinusoidal_positions
 from qa_models.encoders import word_embedding_table
-from qa_models.matching import BiRNN, Composition, PointwiseHead, masked_mean, pairwise_hinge, similarity
+from qa_models.matching import (BiRNN, Composition, PointwiseHead, masked_mean, pairwise_hinge, similarity,
+                                with_negatives)
 
 ATTENTIONS = ("group", "global", "local")
 
@@ -178,9 +179,8 @@ class GGSA(nn.Module):
         """`match`; with a negative answer per row (pairwise training), the pair (sim(q, a+), sim(q, a-))."""
         if negative_ids is None:
             return self.match(question_ids, question_mask, answer_ids, answer_mask)
-        both = self.match(question_ids.repeat(2, 1), question_mask.repeat(2, 1),
-                          torch.cat([answer_ids, negative_ids]), torch.cat([answer_mask, negative_mask]))
-        return both.chunk(2)
+        return self.match(*with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids,
+                                          negative_mask)).chunk(2)
 
     def loss(self, output, labels: torch.Tensor) -> torch.Tensor:
         """Pointwise: cross-entropy on the labels. Pairwise: the hinge over (positive, negative) similarities,

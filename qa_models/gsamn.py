@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qa_models.encoders import PretrainedTransformer, WordEmbeddings
+from qa_models.matching import masked_mean
 
 
 @dataclass
@@ -171,7 +172,4 @@ def _memory_encoder(config: GSAMNConfig) -> nn.Module:
 
 
 def _pool(x: torch.Tensor, mask: torch.Tensor, transformer: str | None) -> torch.Tensor:
-    if transformer:
-        return x[:, 0]  # [CLS]
-    keep = mask[..., None].to(x.dtype)
-    return (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # (B, d)
+    return x[:, 0] if transformer else masked_mean(x, mask)  # [CLS], or the mean of the real tokens: (B, d)

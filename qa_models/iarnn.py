@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from qa_models.encoders import word_embedding_table
-from qa_models.matching import AttentivePooling, masked_mean, pairwise_hinge, similarity
+from qa_models.matching import AttentivePooling, masked_mean, pairwise_hinge, similarity, with_negatives
 
 ATTENTIONS = ("none", "outer", "word", "context", "gate")
 
@@ -156,8 +156,8 @@ class IARNN(nn.Module):
         """Similarities (B,); with a negative answer per row (training), (sim+, sim-, Occam penalties)."""
         if negative_ids is None:
             return self.match(question_ids, question_mask, answer_ids, answer_mask)[0]
-        sims, penalty = self.match(question_ids.repeat(2, 1), question_mask.repeat(2, 1),
-                                   torch.cat([answer_ids, negative_ids]), torch.cat([answer_mask, negative_mask]))
+        sims, penalty = self.match(*with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids,
+                                                   negative_mask))
         positive, negative = sims.chunk(2)
         return positive, negative, sum(penalty.chunk(2))
 

@@ -137,6 +137,13 @@ def similarity(q: torch.Tensor, a: torch.Tensor, kind: str = "cosine") -> torch.
     raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
 
 
+def with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids, negative_mask):
+    """The question twice, over its answer and then its negative (both padded alike by
+    `batching.triplet_batch`): one pass scores both; `.chunk(2)` on the result splits them again."""
+    return (question_ids.repeat(2, 1), question_mask.repeat(2, 1), torch.cat([answer_ids, negative_ids]),
+            torch.cat([answer_mask, negative_mask]))
+
+
 def pairwise_hinge(positive: torch.Tensor, negative: torch.Tensor, weight: torch.Tensor, margin: float) -> torch.Tensor:
     """Mean over weighted triplets of max(0, margin - sim(q, a+) + sim(q, a-)); weight 0 marks filler rows
     (a batch with no positive still runs the forward pass, so data-parallel replicas stay in step)."""

@@ -3,6 +3,7 @@ invariance, gradients and determinism on the tiny configuration."""
 import torch
 
 from qa_models.ctrn import CTRN, CTRNConfig, aligned_steps
+from qa_models.matching import masked_mean
 from qa_models.scan import forget_mult_reference
 
 
@@ -39,7 +40,7 @@ def test_cells_equal_the_step_by_step_equations():
     steps = [min(t * 2, 7) for t in range(5)]  # t* = t * ceil(8 / 5)
     c_qx = forget_mult_reference(fa[:, steps], zq)
     expected_q = ((oq * c_q) * (oa[:, steps] * c_qx)).mean(1)  # (1, d)
-    got = model._pool(model._cells((zq, fq, oq), (za, fa, oa), q_mask[i:i + 1], a_mask[i:i + 1]), q_mask[i:i + 1])
+    got = masked_mean(model._cells((zq, fq, oq), (za, fa, oa), q_mask[i:i + 1], a_mask[i:i + 1]), q_mask[i:i + 1])
     torch.testing.assert_close(got, expected_q)
     qrnn = CTRN(CTRNConfig.tiny()).eval()
     qrnn.config.cross = False
