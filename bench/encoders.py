@@ -9,6 +9,8 @@ layers they replace, in one run on this machine.
 - CTRN and QRNN (d = 256, both texts of length L, batch 64) against the same network with nn.LSTM or nn.GRU
   of the same width in place of the quasi-recurrent layer and its cells, at L = 50 and 400 (the paper: 4x
   faster than an LSTM, on a GPU).
+- The forget-mult recurrence alone (batch 64, d = 256): the C kernel against the in-place torch loop and the
+  definition step by step under autograd; and CTRN with the torch loop, for the kernel's effect on the model.
 - DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
   every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
   memory like a BiLSTM's, half that of full attention).
@@ -18,7 +20,7 @@ of forward + backward; memory is the peak resident set above what the process he
 (ru_maxrss), and the bytes autograd saved for backward (the activations, exact and machine-independent).
 Every ratio is theirs over ours: above 1, ours is that many times faster or smaller.
 The last line is one JSON object (also written to --json) with `ggsa_vs_global_speedup_L1000` and
-`dynsan_vs_full_speedup_L4096` (against SDPA), `ctrn_vs_lstm_speedup` (L = 400),
+`dynsan_vs_full_speedup_L4096` (against SDPA), `ctrn_vs_lstm_speedup` (L = 400), `forget_mult_share_of_ctrn_step`,
 `dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured) and
 `dynsan_vs_full_sdpa_memory_ratio_L4096`, with every case's figures under `cases`.
 """
@@ -41,7 +43,7 @@ from bench.report import write_result  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GGSA_LENGTHS, CTRN_LENGTHS, DYNSAN_LENGTHS = (200, 1000, 4000), (50, 400), (1024, 2048, 4096, 8192)
-QUICK = {"ggsa": (1000,), "ctrn": (400,), "dynsan": (4096,)}
+QUICK = {"ggsa": (1000,), "ctrn": (400,), "forget-mult": (400,), "dynsan": (4096,)}
 
 
 # ------------------------------------------------------------------------------------------------ the cases
@@ -87,13 +89,31 @@ def _ctrn_case(variant: str, length: int):
 
     from qa_models.ctrn import CTRN, CTRNConfig
 
+    if variant == "ctrn-torch-loop":  # each case is a fresh process: the C kernel is never loaded in this one
+        os.environ["QA_MODELS_NATIVE"] = "0"
     config = CTRNConfig(vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0,
                         cross=variant != "qrnn")
-    model = CTRN(config) if variant in ("ctrn", "qrnn") else _RecurrentPairModel(variant, config)
+    model = CTRN(config) if variant in ("ctrn", "qrnn", "ctrn-torch-loop") else _RecurrentPairModel(variant, config)
     batch = 64
     q, a = torch.randint(1, 5000, (batch, length)), torch.randint(1, 5000, (batch, length))
     mask = torch.ones(batch, length, dtype=torch.bool)
     return lambda: model(q, mask, a, mask).sum(), {"batch": batch}
+
+
+def _forget_mult_case(variant: str, length: int):
+    """The recurrence alone at CTRN's bench size (batch 64, d = 256): the C kernel, the in-place torch loop with
+    the same hand-written backward, and the definition step by step under autograd."""
+    import torch
+
+    from qa_models.scan import forget_mult, forget_mult_reference
+
+    batch = 64
+    f = torch.sigmoid(torch.randn(batch, length, 256)).requires_grad_()
+    z = torch.randn(batch, length, 256, requires_grad=True)
+    if variant == "autograd-loop":
+        return lambda: forget_mult_reference(f, z).sum(), {"batch": batch}
+    kernel = "auto" if variant == "c-kernel" else "torch"
+    return lambda: forget_mult(f, z, kernel=kernel).sum(), {"batch": batch}
 
 
 def _dynsan_case(variant: str, length: int):
@@ -111,8 +131,10 @@ def _dynsan_case(variant: str, length: int):
     return lambda: block(x, mask)[0].sum(), {"batch": 1}
 
 
-BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "dynsan": _dynsan_case}
-VARIANTS = {"ggsa": ("group", "global-sdpa", "global-textbook"), "ctrn": ("ctrn", "qrnn", "lstm", "gru"),
+BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
+VARIANTS = {"ggsa": ("group", "global-sdpa", "global-textbook"),
+            "ctrn": ("ctrn", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
+            "forget-mult": ("c-kernel", "torch-loop", "autograd-loop"),
             "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm")}
 
 
@@ -164,12 +186,21 @@ def _ratio(cases, family, length, ours, theirs, key="seconds") -> float | None:
     return round(by[(theirs, length)][key] / max(by[(ours, length)][key], 1e-9), 2)
 
 
+def _share(cases, length) -> float | None:
+    by = {(c["family"], c["variant"], c["length"]): c["seconds"] for c in cases}
+    if ("forget-mult", "c-kernel", length) not in by or ("ctrn", "ctrn", length) not in by:
+        return None
+    return round(4 * by[("forget-mult", "c-kernel", length)] / by[("ctrn", "ctrn", length)], 3)
+
+
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
             "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
-    "ctrn": "CTRN's recurrence is a hand-written forget-mult (qa_models/scan.py): one fused elementwise step per "
-            "position in Python, against oneDNN's fused LSTM/GRU kernels; on a GPU the paper's 4x needs the "
-            "recurrence as one CUDA kernel; CTRN runs two cells per text",
+    "ctrn": "CTRN's recurrence is a C kernel (qa_models/forget_mult.c, one pass over memory per direction); what "
+            "is left is its convolutional gates and two cells per text against oneDNN's fused LSTM/GRU; on a GPU "
+            "the paper's 4x needs the recurrence as one CUDA kernel (here the torch loop runs there)",
+    "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
+                   "two, most of it first-touch page faults on freshly allocated outputs",
     "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
               "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
 }
@@ -183,23 +214,30 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    lengths = QUICK if args.quick else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "dynsan": DYNSAN_LENGTHS}
+    lengths = QUICK if args.quick else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "forget-mult": CTRN_LENGTHS,
+                                        "dynsan": DYNSAN_LENGTHS}
     started = time.time()
     cases = []
-    for family in ("ggsa", "ctrn", "dynsan"):
+    for family in ("ggsa", "ctrn", "forget-mult", "dynsan"):
         for length in lengths[family]:
             for variant in VARIANTS[family]:
                 if args.quick and variant == "bilstm":
                     continue
                 case = run_case(family, variant, length, args.threads, repeats)
                 cases.append(case)
-                print(f"{family:7s} {variant:16s} L={length:5d} batch={case['batch']:3d}  {case['seconds'] * 1000:9.1f} ms"
+                print(f"{family:11s} {variant:16s} L={length:5d} batch={case['batch']:3d}  "
+                      f"{case['seconds'] * 1000:9.1f} ms"
                       f"  peak {case['peak_mb']:8.1f} MB  saved {case['saved_for_backward_mb']:8.1f} MB", flush=True)
     result = {
         "ggsa_vs_global_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-sdpa"),
         "ggsa_vs_global_textbook_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-textbook"),
         "ctrn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "ctrn", "lstm"),
         "qrnn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "qrnn", "lstm"),
+        "ctrn_c_kernel_vs_torch_loop_speedup": _ratio(cases, "ctrn", 400, "ctrn", "ctrn-torch-loop"),
+        "forget_mult_c_vs_torch_loop_speedup": _ratio(cases, "forget-mult", 400, "c-kernel", "torch-loop"),
+        "forget_mult_c_vs_autograd_loop_speedup": _ratio(cases, "forget-mult", 400, "c-kernel", "autograd-loop"),
+        # CTRN runs four recurrences per pair (own and cross cell, question and answer side)
+        "forget_mult_share_of_ctrn_step": _share(cases, 400),
         "dynsan_vs_full_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa"),
         "dynsan_vs_full_textbook_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook"),
         "dynsan_vs_full_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook", "peak_mb"),

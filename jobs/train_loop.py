@@ -52,6 +52,7 @@ class TrainConfig:
     encoder_path: str | None = None
     eval_policy: str = "clean"
     log_every: int = 20
+    embeddings: str = "auto"  # word vectors: "auto" (DATA/embeddings.npy if there), "none", or a .npy path
     model_overrides: dict = field(default_factory=dict)
 
     def resolved_lr(self) -> float:
@@ -66,9 +67,45 @@ def read_manifest(data: str) -> dict:
         return json.load(f)
 
 
-def model_config(cfg: TrainConfig, vocab_size: int | None = None):
+# The config field that is the width of a model's word embeddings, in the order looked for (GGSA and GSAMN have
+# one width for embeddings and model; CTRN, IARNN and DynSAN project from their own embedding width).
+EMBEDDING_WIDTH_FIELDS = ("embed_dim", "word_dim", "dim")
+
+
+def embeddings_path(cfg: TrainConfig) -> str | None:
+    """The word-vector file the model starts from (jobs/word_vectors.py's embeddings.npy), or None."""
+    if cfg.embeddings == "none" or cfg.encoder_path:
+        if cfg.encoder_path and cfg.embeddings not in ("auto", "none"):
+            raise ValueError(f"--embeddings {cfg.embeddings} and --encoder-path exclude each other: a pretrained "
+                             "transformer brings its own token embeddings")
+        return None
+    if cfg.embeddings == "auto":
+        path = os.path.join(cfg.data, "embeddings.npy")
+        return path if os.path.exists(path) else None
+    if not os.path.exists(cfg.embeddings):
+        raise FileNotFoundError(f"--embeddings {cfg.embeddings}: no such file (write one with jobs/word_vectors.py)")
+    return cfg.embeddings
+
+
+def embeddings_shape(path: str, vocab_size: int | None) -> tuple[int, int]:
+    """(rows, width) of a word-vector file, checked against the vocabulary without reading the matrix."""
+    try:
+        matrix = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a .npy matrix ({error})") from error
+    if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
+        raise ValueError(f"{path}: expected a float (vocab, dim) matrix, got {matrix.dtype} {matrix.shape}")
+    if vocab_size and matrix.shape[0] != vocab_size:
+        raise ValueError(f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "
+                         "another tokenisation? rerun jobs/word_vectors.py on this --data)")
+    return matrix.shape
+
+
+def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: int | None = None):
     """The model's config: its own defaults (the paper's), then the general flags that were given and that it
-    has, then --model-option values."""
+    has, then --model-option values. With word vectors of width `vectors_dim`, the embedding width is theirs;
+    without, embeddings are trained (a frozen table of random vectors would carry nothing) unless
+    --model-option freeze_embeddings says otherwise."""
     from qa_models import MODELS
 
     if cfg.model not in MODELS:
@@ -79,14 +116,24 @@ def model_config(cfg: TrainConfig, vocab_size: int | None = None):
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
     if cfg.encoder_path and "encoder_path" not in fields:
         raise ValueError(f"--model {cfg.model} reads word ids; --encoder-path is for models with a transformer")
-    return cls.config_class(**{**{k: v for k, v in given.items() if k in fields and v is not None},
-                               **cfg.model_overrides})
+    values = {**{k: v for k, v in given.items() if k in fields and v is not None}, **cfg.model_overrides}
+    if vectors_dim is not None:
+        width = next(name for name in EMBEDDING_WIDTH_FIELDS if name in fields)
+        if values.get(width, vectors_dim) != vectors_dim:
+            flag = "--dim" if width == "dim" and cfg.dim is not None else f"--model-option {width}"
+            raise ValueError(f"{flag} {values[width]} conflicts with the {vectors_dim}-d word vectors "
+                             f"({embeddings_path(cfg)}); drop it, or train without them (--embeddings none)")
+        values[width] = vectors_dim
+    elif "freeze_embeddings" in fields and "freeze_embeddings" not in cfg.model_overrides:
+        values["freeze_embeddings"] = False
+    return cls.config_class(**values)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int):
+def build_model(cfg: TrainConfig, vocab_size: int, vectors: np.ndarray | None = None):
     from qa_models import MODELS
 
-    return MODELS[cfg.model](model_config(cfg, vocab_size))
+    config = model_config(cfg, vocab_size, None if vectors is None else vectors.shape[1])
+    return MODELS[cfg.model](config, embeddings=None if vectors is None else torch.from_numpy(vectors).float())
 
 
 def warmup_linear(total_steps: int, warmup: float):
@@ -162,7 +209,9 @@ def train_loop_per_worker(config: dict) -> None:
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
 
-    model = build_model(cfg, vocab_size)
+    vectors = np.load(config["embeddings"]) if config["embeddings"] else None
+    model = build_model(cfg, vocab_size, vectors)
+    del vectors
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -294,6 +343,10 @@ def run(cfg: TrainConfig) -> dict:
             raise FileNotFoundError(f"{cfg.data}: manifest.json has no {split!r} split")
         datasets[split] = read_shards(cfg.data, split)
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
+    vectors = embeddings_path(cfg)
+    if vectors:
+        embeddings_shape(vectors, manifest.get("vocab_size"))
+        vectors = os.path.abspath(vectors)
 
     cpus = float(ray.cluster_resources().get("CPU", 1))
     per_worker = cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
@@ -304,7 +357,7 @@ def run(cfg: TrainConfig) -> dict:
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
-                           "vocab_size": manifest.get("vocab_size", 0)},
+                           "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
@@ -317,7 +370,8 @@ def run(cfg: TrainConfig) -> dict:
     result = trainer.fit()
     metrics = result.metrics or {}
     dev = metrics.get("dev", {})
-    return {"model": cfg.model, "steps": metrics.get("step", 0), "resumed_from_step": metrics.get("resumed_from_step", 0),
+    return {"model": cfg.model, "embeddings": vectors, "steps": metrics.get("step", 0),
+            "resumed_from_step": metrics.get("resumed_from_step", 0),
             "metrics": {"map": dev.get("map"), "mrr": dev.get("mrr"), "p@1": dev.get("p@1"),
                         "questions": dev.get("questions")},
             "checkpoint": result.checkpoint.path if result.checkpoint else None,

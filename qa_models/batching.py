@@ -91,3 +91,50 @@ class TransformerPairs:
                              padding=True, return_tensors="pt")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"].bool(),
                 "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+
+
+def _padded_chars(rows: list[list[list[int]]], length: int) -> torch.Tensor:
+    """Character ids (B, L, W) of every token, right-padded with 0 in both directions."""
+    width = max([1] + [len(word) for row in rows for word in row[:length]])
+    chars = np.zeros((len(rows), length, width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for t, word in enumerate(row[:length]):
+            chars[i, t, : len(word)] = word
+    return torch.from_numpy(chars)
+
+
+def passage_batch(rows: dict, max_question: int = 64, max_context: int = 5000) -> dict:
+    """Model inputs and targets from tokenised-passage columns (TOKENISED_PASSAGES, as numpy or lists):
+    question_ids/chars/mask (B, Lq[, W]), context_ids/chars/mask (B, L[, W]) with the passages concatenated in
+    rank order, `passage` (B, L) each token's passage number; targets `starts`/`ends` (B, A) every occurrence of
+    the answer (-1 padded; occurrences past `max_context` are dropped, so a row may have none), `mentions`
+    (B, L) each token's candidate index (-1: no mention) and `answer` (B,) the right candidate (multiple
+    choice; -1 for extractive sets)."""
+    contexts = [list(c)[:max_context] for c in rows["context_ids"]]
+    q_ids, q_mask = _padded([list(q)[:max_question] for q in rows["question_ids"]])
+    c_ids, c_mask = _padded(contexts)
+    length = c_ids.size(1)
+    passage = np.zeros((len(contexts), length), dtype=np.int64)
+    mentions = np.full((len(contexts), length), -1, dtype=np.int64)
+    answers = []
+    for i, context in enumerate(contexts):
+        for number, start in enumerate(list(rows["passage_starts"][i])):
+            passage[i, start:] = number
+        kept = [(s, e) for s, e in zip(rows["answer_starts"][i], rows["answer_ends"][i]) if e < len(context)]
+        answers.append(kept)
+        for s, e, c in zip(rows["mention_starts"][i], rows["mention_ends"][i], rows["mention_candidates"][i]):
+            if e < len(context):
+                mentions[i, s: e + 1] = c
+    most = max([1] + [len(a) for a in answers])
+    starts = np.full((len(contexts), most), -1, dtype=np.int64)
+    ends = starts.copy()
+    for i, kept in enumerate(answers):
+        for j, (s, e) in enumerate(kept):
+            starts[i, j], ends[i, j] = s, e
+    return {"question_ids": q_ids, "question_chars": _padded_chars(list(rows["question_char_ids"]), q_ids.size(1)),
+            "question_mask": q_mask, "context_ids": c_ids,
+            "context_chars": _padded_chars(list(rows["context_char_ids"]), length), "context_mask": c_mask,
+            "passage": torch.from_numpy(passage) * c_mask,
+            "targets": {"starts": torch.from_numpy(starts), "ends": torch.from_numpy(ends),
+                        "mentions": torch.from_numpy(mentions),
+                        "answer": torch.as_tensor(np.asarray(rows["answer_index"]), dtype=torch.long)}}

@@ -279,7 +279,10 @@ class DynSAN(nn.Module):
                 _occurrence_nll(output["end"], targets["ends"]) + gate
         log_r = output["tokens"].log_softmax(-1)  # (B, L): eq. 7
         correct = targets["mentions"] == targets["answer"][:, None]  # (B, L): T_c of the right candidate
-        return -torch.logsumexp(log_r.masked_fill(~correct, float("-inf")), -1).mean() + gate  # eq. 8
+        found = correct.any(1)  # rows whose right candidate is mentioned within the (truncated) context
+        if not found.any():
+            return log_r.masked_fill(~torch.isfinite(log_r), 0).sum() * 0.0 + gate
+        return -torch.logsumexp(log_r[found].masked_fill(~correct[found], float("-inf")), -1).mean() + gate  # eq. 8
 
     def candidate_log_probs(self, output: dict, mentions: torch.Tensor, candidates: int) -> torch.Tensor:
         """log P(c | q, P) (B, candidates) (eq. 8): the token distribution summed over each candidate's mentions."""
@@ -297,6 +300,10 @@ class DynSAN(nn.Module):
 
 
 def _occurrence_nll(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Mean over the rows that have an occurrence (a truncated context may have lost them all)."""
     log_p = logits.log_softmax(-1)  # (B, L)
     picked = log_p.gather(1, positions.clamp_min(0)).masked_fill(positions < 0, float("-inf"))  # (B, A)
-    return -torch.logsumexp(picked, -1).mean()
+    found = (positions >= 0).any(1)  # (B,)
+    if not found.any():
+        return logits.sum() * 0.0  # no answer in reach: no signal, but the graph stays whole for DDP
+    return -torch.logsumexp(picked[found], -1).mean()

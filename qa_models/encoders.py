@@ -13,12 +13,15 @@ from torch import nn
 
 
 class WordEmbeddings(nn.Module):
-    def __init__(self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1):
+    def __init__(self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1,
+                 vectors: torch.Tensor | None = None):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         # Small init: eq. 3 takes raw dot products x_i . v_j, which saturate the softmax at unit scale.
         nn.init.normal_(self.embed.weight, std=dim ** -0.5)
         with torch.no_grad():
+            if vectors is not None:  # pretrained word vectors, fine-tuned with the rest
+                self.embed.weight.copy_(torch.as_tensor(vectors))
             self.embed.weight[pad_id].zero_()
         self.dropout = nn.Dropout(dropout)
         self.dim = dim

@@ -77,10 +77,10 @@ class GSAMN(nn.Module):
     config_class = GSAMNConfig
     inputs = "joint"  # one `question <sep> answer` sequence (qa_models.batching.pair_batch)
 
-    def __init__(self, config: GSAMNConfig):
+    def __init__(self, config: GSAMNConfig, embeddings: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.encoder = _memory_encoder(config)
+        self.encoder = _memory_encoder(config, embeddings)
         dim = self.encoder.dim
         self.controller = nn.Parameter(torch.randn(dim) * dim ** -0.5)  # c^0, learnable
         self.hops = nn.ModuleList(GatedSelfAttention(dim) for _ in range(config.hops))
@@ -131,10 +131,10 @@ class TransformersOnTop(nn.Module):
     inputs = "joint"
     loss, score = staticmethod(GSAMN.loss), staticmethod(GSAMN.score)
 
-    def __init__(self, config: TransformersOnTopConfig):
+    def __init__(self, config: TransformersOnTopConfig, embeddings: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.encoder = _memory_encoder(config)
+        self.encoder = _memory_encoder(config, embeddings)
         dim = self.encoder.dim
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(dim, config.heads, 4 * dim, config.dropout, activation="gelu",
@@ -165,10 +165,12 @@ class EncoderOnly(TransformersOnTop):
     config_class = EncoderOnlyConfig
 
 
-def _memory_encoder(config: GSAMNConfig) -> nn.Module:
+def _memory_encoder(config: GSAMNConfig, embeddings: torch.Tensor | None = None) -> nn.Module:
     if config.encoder_path:
+        if embeddings is not None:
+            raise ValueError("word vectors and a pretrained transformer (encoder_path) exclude each other")
         return PretrainedTransformer(config.encoder_path)
-    return WordEmbeddings(config.vocab_size, config.dim, config.pad_id, config.dropout)
+    return WordEmbeddings(config.vocab_size, config.dim, config.pad_id, config.dropout, embeddings)
 
 
 def _pool(x: torch.Tensor, mask: torch.Tensor, transformer: str | None) -> torch.Tensor:

@@ -19,10 +19,112 @@ of the (B, L, d) outputs, which glibc maps afresh on every call):
 
 Steps where a sequence is padding should carry f = 1 (then c and its gradient pass through unchanged and the
 padded z gets no gradient): `masked_forget` does that.
+
+On CPU the same two loops run as a small C kernel (`forget_mult.c`: one pass over memory per direction, rows of
+the batch split over threads), compiled once per machine with the system's C compiler into a cache folder
+(`QA_MODELS_CACHE`, default ~/.cache/qa_models). Where no compiler is found, or with `QA_MODELS_NATIVE=0`, the
+torch loop runs instead, with a warning. On GPUs the torch loop runs: each step is two fused elementwise kernels.
 """
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forget_mult.c")
+_FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
+_UNSET = object()
+_library = _UNSET
+_library_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def _compile(compiler: str) -> str:
+    """The kernel's shared library path, compiled on first use. Named by a hash of the source, compiler, flags
+    and machine, and written whole (temporary file, rename), so concurrent workers on a node, or nodes sharing a
+    home folder, never load a half-written or foreign library."""
+    with open(_SOURCE, "rb") as f:
+        source = f.read()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(_FLAGS).encode(),
+                                      platform.machine().encode()])).hexdigest()[:16]
+    cache = os.environ.get("QA_MODELS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "qa_models")
+    target = os.path.join(cache, f"forget_mult-{key}.so")
+    if not os.path.exists(target):
+        os.makedirs(cache, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=cache, prefix=".forget_mult-", suffix=".so")
+        os.close(fd)
+        try:
+            done = subprocess.run([compiler, *_FLAGS, _SOURCE, "-o", partial], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"{compiler} failed on {_SOURCE}: {done.stderr.strip()[-2000:]}")
+            os.replace(partial, target)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+    return target
+
+
+def native_library():
+    """The compiled kernel (ctypes), or None where it cannot be built (the torch loop is used then)."""
+    global _library
+    with _library_lock:
+        if _library is _UNSET:
+            _library = _load_library()
+        return _library
+
+
+def _load_library():
+    if os.environ.get("QA_MODELS_NATIVE", "1") == "0":
+        return None
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        warnings.warn("forget_mult: no C compiler found (set CC); QRNN/CTRN use the slower torch loop")
+        return None
+    try:
+        library = ctypes.CDLL(_compile(compiler))
+    except (OSError, RuntimeError) as error:
+        warnings.warn(f"forget_mult: the C kernel could not be built ({error}); using the torch loop")
+        return None
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    for name in ("forget_mult_f32", "forget_mult_f64"):
+        getattr(library, f"{name}_forward").argtypes = [pointer] * 4 + [size] * 4
+        getattr(library, f"{name}_backward").argtypes = [pointer] * 8 + [size] * 4
+    return library
+
+
+def _native_for(*tensors: torch.Tensor):
+    """The kernel's function-name prefix when these tensors can go through it, else None."""
+    dtype = tensors[0].dtype
+    if dtype not in (torch.float32, torch.float64) or any(t.device.type != "cpu" for t in tensors):
+        return None
+    if native_library() is None:
+        return None
+    return "forget_mult_f32" if dtype == torch.float32 else "forget_mult_f64"
+
+
+def _over_rows(function, rows: int, elements: int, *arguments) -> None:
+    """`function(*arguments, row_begin, row_end)` over the batch rows, split across torch's intra-op thread
+    count (ctypes releases the GIL during each call). Small inputs stay on one thread."""
+    global _pool
+    threads = max(1, min(torch.get_num_threads(), rows, elements >> 16))
+    if threads == 1:
+        function(*arguments, 0, rows)
+        return
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="forget_mult"))
+    bounds = [rows * i // threads for i in range(threads + 1)]
+    for future in [_pool[1].submit(function, *arguments, bounds[i], bounds[i + 1]) for i in range(threads)]:
+        future.result()
 
 
 class _ForgetMult(torch.autograd.Function):
@@ -32,9 +134,16 @@ class _ForgetMult(torch.autograd.Function):
     of the whole sequence again)."""
 
     @staticmethod
-    def forward(ctx, f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor, kernel: str) -> torch.Tensor:
         # f, z: (B, L, d) contiguous; c0: (B, d)
         c = torch.empty_like(z)  # (B, L, d)
+        native = _native_for(f, z, c0) if kernel != "torch" else None
+        ctx.native = native
+        if native is not None:
+            _over_rows(getattr(native_library(), f"{native}_forward"), f.size(0), f.numel(),
+                       f.data_ptr(), z.data_ptr(), c0.data_ptr(), c.data_ptr(), f.size(1), f.size(2))
+            ctx.save_for_backward(f, z, c0, c)
+            return c
         scratch = torch.empty_like(c0)  # (B, d)
         prev = c0
         for t in range(f.size(1)):
@@ -49,6 +158,13 @@ class _ForgetMult(torch.autograd.Function):
         f, z, c0, c = ctx.saved_tensors
         grad_f = torch.empty_like(f)
         grad_z = torch.empty_like(z)
+        if ctx.native is not None:
+            grad_c = grad_c.contiguous()
+            carry = torch.empty_like(c0)
+            _over_rows(getattr(native_library(), f"{ctx.native}_backward"), f.size(0), f.numel(),
+                       f.data_ptr(), z.data_ptr(), c0.data_ptr(), c.data_ptr(), grad_c.data_ptr(), grad_f.data_ptr(),
+                       grad_z.data_ptr(), carry.data_ptr(), f.size(1), f.size(2))
+            return grad_f, grad_z, carry, None
         carry = torch.zeros_like(c0)  # f_{t+1} * dc_{t+1}
         dc = torch.empty_like(c0)
         scratch = torch.empty_like(c0)
@@ -58,16 +174,20 @@ class _ForgetMult(torch.autograd.Function):
             torch.mul(dc, scratch, out=grad_f[:, t])  # df_t = dc_t (c_{t-1} - z_t)
             torch.mul(dc, f[:, t], out=carry)
             torch.sub(dc, carry, out=grad_z[:, t])  # dz_t = dc_t (1 - f_t) = dc_t - dc_t f_t
-        return grad_f, grad_z, carry
+        return grad_f, grad_z, carry, None
 
 
-def forget_mult(f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor | None = None) -> torch.Tensor:
-    """All cell states (B, L, d) of c_t = f_t * c_{t-1} + (1 - f_t) * z_t for gates f and inputs z (B, L, d)."""
+def forget_mult(f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor | None = None, kernel: str = "auto") -> torch.Tensor:
+    """All cell states (B, L, d) of c_t = f_t * c_{t-1} + (1 - f_t) * z_t for gates f and inputs z (B, L, d).
+    `kernel`: "auto" (the C kernel for float32/float64 CPU tensors where it builds, else the torch loop) or
+    "torch" (always the torch loop)."""
     if f.shape != z.shape or f.dim() != 3:
         raise ValueError(f"f and z must both be (batch, length, dim), got {tuple(f.shape)} and {tuple(z.shape)}")
+    if kernel not in ("auto", "torch"):
+        raise ValueError(f"kernel must be auto or torch, got {kernel!r}")
     if c0 is None:
         c0 = z.new_zeros(z.size(0), z.size(2))
-    return _ForgetMult.apply(f.contiguous(), z.contiguous(), c0.contiguous())
+    return _ForgetMult.apply(f.contiguous(), z.contiguous(), c0.contiguous(), kernel)
 
 
 def forget_mult_reference(f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor | None = None) -> torch.Tensor:

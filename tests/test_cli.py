@@ -38,7 +38,8 @@ def test_dry_run_prints_resolved_config(tmp_path):
     assert cfg["lr"] == 1e-3 and cfg["model_config"]["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
     result = _job("train.py", "--model", "ctrn", "--data", "d", "--model-option", "mlp_layers=2", "--dry-run")
     model = json.loads(result.stdout)["model_config"]
-    assert model["dropout"] == 0.5 and model["freeze_embeddings"] and model["mlp_layers"] == 2  # the paper's
+    # the paper's dropout; embeddings trained, since there are no word vectors to keep fixed
+    assert model["dropout"] == 0.5 and not model["freeze_embeddings"] and model["mlp_layers"] == 2
     result = _job("train.py", "--model", "ggsa", "--data", "d", "--dropout", "0.2", "--model-option", "offset=none",
                   "--model-option", "composition=multihop", "--dry-run")
     model = json.loads(result.stdout)["model_config"]
@@ -105,3 +106,28 @@ def test_tokenize_corpora_accepts_every_contract_dataset():
     for name in ("wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql", "stackexchangeqa", "searchqa", "quasart",
                  "wikihop", "squad"):
         assert name in result.stdout
+
+
+def test_word_vectors_in_the_data_folder_set_the_embedding_width_and_are_checked(tmp_path):
+    import numpy as np
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema": "tokenised_pairs", "vocab_size": 10}))
+    np.save(tmp_path / "embeddings.npy", np.zeros((10, 7), np.float32))
+    result = _job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--dry-run")
+    cfg = json.loads(result.stdout)
+    assert cfg["embeddings_file"] == str(tmp_path / "embeddings.npy")
+    assert cfg["model_config"]["embed_dim"] == 7 and cfg["model_config"]["freeze_embeddings"]  # fixed, as the paper
+    cfg = json.loads(_job("train.py", "--model", "ggsa", "--data", str(tmp_path), "--dry-run").stdout)
+    assert cfg["model_config"]["dim"] == 7  # GGSA's width is its embeddings'
+    cfg = json.loads(_job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--embeddings", "none",
+                          "--dry-run").stdout)
+    assert cfg["embeddings_file"] is None and cfg["model_config"]["embed_dim"] == 300
+    result = _job("train.py", "--model", "ggsa", "--data", str(tmp_path), "--dim", "16", "--dry-run")
+    assert result.returncode == 2 and "--dim 16 conflicts with the 7-d word vectors" in result.stderr
+    np.save(tmp_path / "other.npy", np.zeros((12, 7), np.float32))
+    result = _job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--embeddings", str(tmp_path / "other.npy"),
+                  "--dry-run")
+    assert result.returncode == 2 and "other.npy: 12 rows for a vocabulary of 10" in result.stderr
+    result = _job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--embeddings", str(tmp_path / "no.npy"),
+                  "--dry-run")
+    assert result.returncode == 2 and "no.npy: no such file" in result.stderr

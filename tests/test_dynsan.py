@@ -91,6 +91,37 @@ def test_heads_likelihoods_by_hand():
     torch.testing.assert_close(log_p.exp(), torch.tensor([[0.5, 0.3, 0.0]]))
     loss = model.loss(output, {"mentions": mentions, "answer": torch.tensor([1])})
     assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.3)).item())
+    # a row whose answer was cut off with the context adds nothing, rather than an infinite loss
+    two = torch.cat([logits, logits])
+    assert _occurrence_nll(two, torch.tensor([[1, 3, -1], [-1, -1, -1]])).item() == pytest.approx(nll.item())
+    assert _occurrence_nll(logits, torch.tensor([[-1]])).item() == 0.0
+    loss = model.loss({"tokens": two, "gate_l1": torch.zeros(2)},
+                      {"mentions": torch.cat([mentions, torch.full((1, 4), -1)]), "answer": torch.tensor([1, 1])})
+    assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.3)).item())
+
+
+def test_passage_batch_numbers_passages_and_keeps_answers_within_the_context():
+    from qa_models.batching import passage_batch
+
+    rows = {"question_ids": [[5, 6], [7]], "question_char_ids": [[[1, 2], [3]], [[4, 5, 6]]],
+            "context_ids": [[8, 9, 10, 11, 12], [13, 14, 15]],
+            "context_char_ids": [[[1], [2], [3], [4], [5, 6]], [[7], [8], [9]]],
+            "passage_starts": [[0, 2, 4], [0]], "answer_starts": [[1, 4], [2]], "answer_ends": [[2, 4], [2]],
+            "mention_starts": [[], [0, 2]], "mention_ends": [[], [1, 2]], "mention_candidates": [[], [1, 0]],
+            "answer_index": [-1, 0]}
+    batch = passage_batch(rows, max_context=4)
+    assert batch["context_ids"].tolist() == [[8, 9, 10, 11], [13, 14, 15, 0]]
+    assert batch["context_mask"].tolist() == [[True] * 4, [True] * 3 + [False]]
+    assert batch["passage"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 0]]
+    assert batch["question_chars"].shape == (2, 2, 3) and batch["question_chars"][1, 0].tolist() == [4, 5, 6]
+    assert batch["context_chars"].shape == (2, 4, 1)  # the two-character token fell past the cut
+    targets = batch["targets"]
+    assert targets["starts"].tolist() == [[1], [2]] and targets["ends"].tolist() == [[2], [2]]  # (4, 4) was cut
+    assert targets["mentions"].tolist() == [[-1] * 4, [1, 1, 0, -1]] and targets["answer"].tolist() == [-1, 0]
+    model = DynSAN(DynSANConfig.tiny())
+    targets = batch.pop("targets")
+    output = model(**batch)
+    assert torch.isfinite(model.loss(output, targets))
 
 
 def test_best_span_is_ordered_and_no_longer_than_the_cap():

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pyarrow.compute as pc
 import pytest
+import torch
 
 from crawl.dump import iter_posts
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, read_table
@@ -207,11 +209,23 @@ def test_tokenising_a_build_with_a_shard_too_many_is_refused(built, tmp_path):
 def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_path, ray_local):
     from jobs.train_loop import TrainConfig, run
 
+    vectors = None
+    if model == "ctrn":  # started from word vectors (jobs/word_vectors.py's layout), kept fixed as in the paper
+        with open(os.path.join(tokenised[0], "manifest.json")) as f:
+            vocab_size = json.load(f)["vocab_size"]
+        vectors = np.random.default_rng(0).normal(size=(vocab_size, 24)).astype(np.float32)
+        np.save(tmp_path / "vectors.npy", vectors)
     cfg = TrainConfig(model=model, data=tokenised[0], storage_path=str(tmp_path), name="e2e", epochs=1,
-                      dim=32, batch_size=16, log_every=10, seed=1)
+                      dim=32, batch_size=16, log_every=10, seed=1,
+                      embeddings=str(tmp_path / "vectors.npy") if vectors is not None else "auto")
     summary = run(cfg)
     assert summary["resumed_from_step"] == 0 and summary["steps"] > 50
     assert os.path.isdir(summary["checkpoint"])
+    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)["model"]
+    if vectors is not None:
+        np.testing.assert_array_equal(state["embed.weight"].numpy(), vectors)
+    else:  # no vectors: a table of --dim wide, trained
+        assert summary["embeddings"] is None and state["encoder.embed.weight"].shape[1] == 32
     m = summary["metrics"]
     assert 0 < m["map"] <= 1 and 0 < m["mrr"] <= 1 and m["questions"] > 20
     curve = [loss for _, loss in summary["loss_curve"]]

@@ -44,3 +44,50 @@ def test_padded_steps_carry_the_state_and_get_no_gradient():
     torch.testing.assert_close(c[1, :4], short[0])
     (grad_z,) = torch.autograd.grad(c[:, 3].sum(), (z,))
     assert not grad_z[1, 4:].any()
+
+
+def _native_or_skip():
+    import pytest
+
+    from qa_models.scan import native_library
+
+    if native_library() is None:
+        pytest.skip("no C compiler here (or QA_MODELS_NATIVE=0): the forget-mult C kernel was not built")
+
+
+def test_the_c_kernel_equals_the_torch_loop_and_the_definition_in_both_precisions():
+    _native_or_skip()
+    for dtype, tolerance in ((torch.float64, {}), (torch.float32, {"rtol": 1e-5, "atol": 1e-6})):
+        # 8 x 40 x 600 is split over threads; 2 x 5 x 3 runs on one
+        for shape in ((2, 5, 3), (8, 40, 600)):
+            f, z, c0 = _inputs(*shape, dtype=dtype)
+            weights = torch.randn(shape, dtype=dtype)
+            native = forget_mult(f, z, c0)
+            loop = forget_mult(f, z, c0, kernel="torch")
+            slow = forget_mult_reference(f, z, c0)
+            torch.testing.assert_close(native, slow, **tolerance)
+            torch.testing.assert_close(native, loop, **tolerance)
+            grads = [torch.autograd.grad((c * weights).sum(), (f, z, c0)) for c in (native, loop, slow)]
+            for native_grad, loop_grad, slow_grad in zip(*grads):
+                torch.testing.assert_close(native_grad, slow_grad, **tolerance)
+                torch.testing.assert_close(native_grad, loop_grad, **tolerance)
+
+
+def test_the_c_kernel_passes_gradcheck_and_takes_non_contiguous_gradients():
+    _native_or_skip()
+    f, z, c0 = _inputs(batch=2, length=4, dim=3)
+    assert torch.autograd.gradcheck(forget_mult, (f, z, c0))
+    c = forget_mult(f, z, c0)
+    # a gradient that is a broadcast view (stride 0) must be read as the values it stands for
+    (grad_f,) = torch.autograd.grad(c, (f,), grad_outputs=torch.ones(1, 1, 1, dtype=c.dtype).expand_as(c))
+    (expected,) = torch.autograd.grad(forget_mult_reference(f, z, c0).sum(), (f,))
+    torch.testing.assert_close(grad_f, expected)
+
+
+def test_other_dtypes_fall_back_to_the_torch_loop():
+    f, z, c0 = _inputs(batch=2, length=5, dim=4, dtype=torch.bfloat16)
+    torch.testing.assert_close(forget_mult(f, z, c0), forget_mult(f, z, c0, kernel="torch"))
+    import pytest
+
+    with pytest.raises(ValueError, match="kernel must be"):
+        forget_mult(f, z, c0, kernel="cuda")
