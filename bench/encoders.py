@@ -193,6 +193,15 @@ def _share(cases, length) -> float | None:
     return round(4 * by[("forget-mult", "c-kernel", length)] / by[("ctrn", "ctrn", length)], 3)
 
 
+def _forget_mult_bandwidth(cases, length) -> float | None:
+    """GB/s the C kernel moves: forward reads f, z and writes c, backward reads the incoming gradient, f, c and
+    z and writes df and dz, nine (64, L, 256) float32 arrays in all."""
+    by = {(c["family"], c["variant"], c["length"]): c["seconds"] for c in cases}
+    if ("forget-mult", "c-kernel", length) not in by:
+        return None
+    return round(9 * 64 * length * 256 * 4 / by[("forget-mult", "c-kernel", length)] / 1e9, 2)
+
+
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
             "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
@@ -200,7 +209,8 @@ BOUNDS = {
             "is left is its convolutional gates and two cells per text against oneDNN's fused LSTM/GRU; on a GPU "
             "the paper's 4x needs the recurrence as one CUDA kernel (here the torch loop runs there)",
     "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
-                   "two, most of it first-touch page faults on freshly allocated outputs",
+                   "two, nine passes over memory with two multiply-adds per element (see "
+                   "forget_mult_c_traffic_gb_per_s)",
     "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
               "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
 }
@@ -238,6 +248,7 @@ def main(argv=None) -> int:
         "forget_mult_c_vs_autograd_loop_speedup": _ratio(cases, "forget-mult", 400, "c-kernel", "autograd-loop"),
         # CTRN runs four recurrences per pair (own and cross cell, question and answer side)
         "forget_mult_share_of_ctrn_step": _share(cases, 400),
+        "forget_mult_c_traffic_gb_per_s": _forget_mult_bandwidth(cases, 400),
         "dynsan_vs_full_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa"),
         "dynsan_vs_full_textbook_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook"),
         "dynsan_vs_full_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook", "peak_mb"),

@@ -44,7 +44,7 @@ if __package__ in (None, ""):
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 from bench.report import write_result  # noqa: E402
-from jobs.ray_env import WORKER_ENV  # noqa: E402
+from jobs.ray_env import LOCAL_RAY_ENV, WORKER_ENV  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
@@ -277,7 +277,8 @@ def main(argv=None) -> int:
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": args.num_cpus,
                            "object_store_gb": args.object_store_gb}, "dedup": args.dedup,
                "read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb,
-               "worker_env": {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, "sizes": {}}
+               "worker_env": {k: os.environ.get(k, v) for k, v in {**WORKER_ENV, **LOCAL_RAY_ENV}.items()},
+               "sizes": {}}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:

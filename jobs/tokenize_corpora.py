@@ -21,8 +21,10 @@ answer spans at every occurrence as token positions, contexts over --max-context
   squad        SQuAD 1.1 train-v1.1.json / dev-v1.1.json (the given character spans)
 Writes
 OUTPUT/{split}/*.parquet (TOKENISED_PAIRS, or TOKENISED_PASSAGES for reading comprehension: pipelines/schemas.py),
-OUTPUT/vocab.json (word and character ids counted on train only) and OUTPUT/manifest.json:
-{"splits": {SPLIT: {"questions": N, "rows": N, "files": [{path, rows, bytes, sha256}]}}, "reader": ...}.
+OUTPUT/vocab.json (word and character ids counted on train only, or those of --vocab, to fine-tune a model
+trained on that folder) and OUTPUT/manifest.json:
+{"splits": {SPLIT: {"questions": N, "rows": N, "files": [{path, rows, bytes, sha256}]}}, "vocab_sha256": ...,
+"reader": ...}.
 """
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p.add_argument("--quasart-contexts", choices=("short", "long"), default="short",
                    help="quasart: the short (sentence) or long (paragraph) passages")
     p.add_argument("--shard-mb", type=int, default=128, help="target size of a Parquet shard")
+    p.add_argument("--vocab", default=None, help="reuse the vocabulary of another tokenised folder (or its "
+                                                 "vocab.json) instead of counting train: for fine-tuning a "
+                                                 "checkpoint trained on that folder (train.py --init-from)")
     p.add_argument("--skip-bad-records", action="store_true",
                    help="published sets: skip malformed records and list them in the manifest, and drop (and "
                         "count) training questions whose answer occurs in no passage (default: stop with an error "
@@ -80,7 +85,7 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
                          semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
                          quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb,
                          min_char_count=args.min_char_count, max_chars=args.max_chars,
-                         max_word_chars=args.max_word_chars)
+                         max_word_chars=args.max_word_chars, vocab=args.vocab)
     return cfg, args
 
 

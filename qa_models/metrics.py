@@ -49,34 +49,55 @@ def reciprocal_rank(ranked_labels: Sequence[int]) -> float:
     return float(1.0 / (np.argmax(ranked) + 1)) if ranked.any() else 0.0
 
 
+def per_question_ranking(qids: Iterable, labels: Iterable, scores: Iterable, policy: str = "clean",
+                         ties: str = "pessimistic", seed: int = 0, ids: Iterable | None = None) -> list[dict]:
+    """One record per question, in qid order: `qid`, `ap`, `rr`, `p@1`, `candidates`, `positives`, `ranking`
+    (candidate indices, or `ids`, from best to worst, ties broken by `ties`) and `skipped` (None, or why the
+    policy leaves the question out; such questions carry no ap/rr/p@1)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    groups: dict = defaultdict(lambda: ([], [], []))
+    ids = ids if ids is not None else range(2**62)
+    for qid, label, score, ident in zip(qids, labels, scores, ids):
+        group = groups[qid]
+        group[0].append(int(label))
+        group[1].append(float(score))
+        group[2].append(ident)
+    rng = np.random.default_rng(seed)
+    records = []
+    for qid in sorted(groups, key=str):
+        lab, sco = (np.asarray(x) for x in groups[qid][:2])
+        positives = int((lab > 0).sum())
+        skipped = ("no_positive" if positives == 0 and policy != "raw" else
+                   "only_positive" if positives == len(lab) and policy == "strict" else None)
+        # Skipped questions draw nothing from `rng`, so random tie-breaks do not depend on them.
+        order = _order(lab, sco, "pessimistic" if skipped else ties, rng)
+        record = {"qid": qid, "candidates": len(lab), "positives": positives, "skipped": skipped,
+                  "ranking": [groups[qid][2][i] for i in order]}
+        if not skipped:
+            ranked = lab[order]
+            record.update({"ap": average_precision(ranked), "rr": reciprocal_rank(ranked), "p@1": float(ranked[0] > 0)})
+        records.append(record)
+    return records
+
+
+def summarise_ranking(records: list[dict]) -> dict:
+    """MAP, MRR and P@1 over the records of `per_question_ranking`, with the questions evaluated and skipped."""
+    kept = [r for r in records if r["skipped"] is None]
+    skipped = {"no_positive": 0, "only_positive": 0}
+    for r in records:
+        if r["skipped"]:
+            skipped[r["skipped"]] += 1
+    n = len(kept)
+    return {"map": float(np.mean([r["ap"] for r in kept])) if n else 0.0,
+            "mrr": float(np.mean([r["rr"] for r in kept])) if n else 0.0,
+            "p@1": float(np.mean([r["p@1"] for r in kept])) if n else 0.0, "questions": n, "skipped": skipped}
+
+
 def ranking_metrics(qids: Iterable, labels: Iterable, scores: Iterable, policy: str = "clean",
                     ties: str = "pessimistic", seed: int = 0) -> dict:
     """MAP, MRR and P@1 over questions, with the counts of questions evaluated and skipped."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    groups: dict = defaultdict(lambda: ([], []))
-    for qid, label, score in zip(qids, labels, scores):
-        groups[qid][0].append(int(label))
-        groups[qid][1].append(float(score))
-    rng = np.random.default_rng(seed)
-    ap, rr, p1 = [], [], []
-    skipped = {"no_positive": 0, "only_positive": 0}
-    for qid in sorted(groups, key=str):
-        lab, sco = (np.asarray(x) for x in groups[qid])
-        positives = int((lab > 0).sum())
-        if positives == 0 and policy != "raw":
-            skipped["no_positive"] += 1
-            continue
-        if positives == len(lab) and policy == "strict":
-            skipped["only_positive"] += 1
-            continue
-        ranked = lab[_order(lab, sco, ties, rng)]
-        ap.append(average_precision(ranked))
-        rr.append(reciprocal_rank(ranked))
-        p1.append(float(ranked[0] > 0))
-    n = len(ap)
-    return {"map": float(np.mean(ap)) if n else 0.0, "mrr": float(np.mean(rr)) if n else 0.0,
-            "p@1": float(np.mean(p1)) if n else 0.0, "questions": n, "skipped": skipped}
+    return summarise_ranking(per_question_ranking(qids, labels, scores, policy, ties, seed))
 
 
 # Reading comprehension, with the SQuAD v1.1 evaluation script's normalisation.

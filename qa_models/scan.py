@@ -8,9 +8,7 @@ cells run the same recurrence over gates gathered at the aligned steps t*).
 Written as autograd sees it, a loop over time records ~3L tiny operations, each allocating a fresh (B, d)
 tensor, and backward walks that graph; log-space parallel scans do O(L log L) work and lose on CPU. Here
 forward runs the loop in place into preallocated memory without recording anything, and backward runs the
-adjoint recurrence once, right to left (measured at batch 64, length 400, width 512 on this 2-core machine:
-0.14 s forward+backward against 0.17-0.28 s for the autograd loop; most of what remains is the first touch
-of the (B, L, d) outputs, which glibc maps afresh on every call):
+adjoint recurrence once, right to left:
 
     dc_t  = g_t + f_{t+1} * dc_{t+1}         (g_t: the incoming gradient of c_t; dc_{L+1} = 0)
     df_t  = dc_t * (c_{t-1} - z_t)
@@ -22,7 +20,10 @@ padded z gets no gradient): `masked_forget` does that.
 
 On CPU the same two loops run as a small C kernel (`forget_mult.c`: one pass over memory per direction, rows of
 the batch split over threads), compiled once per machine with the system's C compiler into a cache folder
-(`QA_MODELS_CACHE`, default ~/.cache/qa_models). Where no compiler is found, or with `QA_MODELS_NATIVE=0`, the
+(`QA_MODELS_CACHE`, default ~/.cache/qa_models). `python bench/encoders.py`, batch 64, length 400, width 256, 2
+cores: forward+backward in 43 ms with the kernel, 64 ms with the torch loop, 79 ms with the definition under
+autograd; the kernel moves nine (B, L, d) arrays through memory at 5.4 GB/s, and in CTRN, which runs four
+recurrences per pair, it is 14% of a training step. Where no compiler is found, or with `QA_MODELS_NATIVE=0`, the
 torch loop runs instead, with a warning. On GPUs the torch loop runs: each step is two fused elementwise kernels.
 """
 from __future__ import annotations

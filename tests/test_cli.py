@@ -13,6 +13,7 @@ CONTRACTS = {
     "word_vectors.py": ["--data", "--vectors", "--dim", "--epochs"],
     "train.py": ["--model", "--data", "--storage-path", "--name", "--max-steps", "--checkpoint-every",
                  "--num-workers", "--seed"],
+    "evaluate.py": ["--checkpoint", "--data", "--split", "--output"],
 }
 
 
@@ -35,7 +36,8 @@ def test_dry_run_prints_resolved_config(tmp_path):
     assert cfg["min_score"] == 2 and cfg["negatives"] == 15.71 and cfg["dumps"] == ["x/Posts.xml"]
     result = _job("train.py", "--model", "gsamn", "--data", "d", "--dry-run")
     cfg = json.loads(result.stdout)
-    assert cfg["lr"] == 1e-3 and cfg["model_config"]["hops"] == 2 and cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
+    assert cfg["lr"] == 1e-3 and cfg["model_config"]["hops"] == 2
+    assert cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
     result = _job("train.py", "--model", "ctrn", "--data", "d", "--model-option", "mlp_layers=2", "--dry-run")
     model = json.loads(result.stdout)["model_config"]
     # the paper's dropout; embeddings trained, since there are no word vectors to keep fixed
@@ -47,6 +49,20 @@ def test_dry_run_prints_resolved_config(tmp_path):
     assert model["heads"] == 6 and model["group"] == 10 and model["margin"] == 0.1
     result = _job("train.py", "--model", "ggsa", "--data", "d", "--model-option", "heads=six", "--dry-run")
     assert result.returncode == 2 and "heads=six" in result.stderr
+
+
+def test_training_precision_accumulation_and_selection_options():
+    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--grad-accumulation", "4", "--precision",
+                          "bf16", "--eval-every", "100", "--select-metric", "mrr", "--dry-run").stdout)
+    assert (cfg["grad_accumulation"], cfg["precision"], cfg["eval_every"], cfg["select_metric"]) == (4, "bf16", 100,
+                                                                                                     "mrr")
+    assert json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--dry-run").stdout)["precision"] == "auto"
+    result = _job("train.py", "--model", "gsamn", "--data", "d", "--precision", "fp16", "--dry-run")
+    assert result.returncode == 2 and "fp16 needs --use-gpu" in result.stderr
+    result = _job("train.py", "--model", "gsamn", "--data", "d", "--grad-accumulation", "0", "--dry-run")
+    assert result.returncode == 2 and "at least 1" in result.stderr
+    cfg = json.loads(_job("evaluate.py", "--checkpoint", "runs/x", "--data", "d", "--dry-run").stdout)
+    assert cfg["split"] == "test" and cfg["which"] == "best"
 
 
 def test_crawl_sources_options_and_their_errors(tmp_path):

@@ -258,3 +258,141 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     assert summary["steps"] == 40
     assert summary["resumed_from_step"] >= 10, summary  # from the checkpoint, not from step 0
     assert summary["model"] == "gsamn" and summary["metrics"]["map"] is not None and summary["checkpoint"]
+
+    # The same configuration uninterrupted (one CPU per worker either way, so the same torch threads): a resume
+    # after the whole head went down ends with the very same weights.
+    from jobs.train_loop import TrainConfig, read_state, run
+
+    reference = run(TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="reference",
+                                max_steps=40, checkpoint_every=10, dim=16))
+    assert reference["steps"] == 40 and reference["resumed_from_step"] == 0
+    resumed, uninterrupted = read_state(summary["checkpoint"])["model"], read_state(reference["checkpoint"])["model"]
+    assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
+
+
+def test_lost_worker_and_lost_node_cost_nothing_but_time(tokenised, tmp_path):
+    """bench/fault_tolerance.py on a simulated three-node cluster (ray.cluster_utils.Cluster, two training workers
+    on nodes of their own, one spare): a SIGKILLed training worker, then a removed node, each after the run's
+    first recorded checkpoint. Both runs restart their worker group, resume mid-epoch from a checkpoint, stop at
+    exactly --max-steps, and end with weights equal, bit for bit, to those of the uninterrupted run."""
+    output = tmp_path / "fault_tolerance.json"
+    command = [sys.executable, os.path.join(REPO, "bench", "fault_tolerance.py"), "--data", tokenised[0],
+               "--max-steps", "80", "--checkpoint-every", "10", "--dim", "16", "--storage-path", str(tmp_path),
+               "--json", str(output)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == json.loads(output.read_text())
+    assert result["reference"]["steps"] == 80 and result["reference"]["resumed_from_step"] == 0
+    for failure in ("kill-worker", "remove-node"):
+        entry = result[failure]
+        assert not entry["injected"].startswith("not injected"), entry
+        assert entry["steps"] == 80, entry
+        assert 10 <= entry["resumed_from_step"] < 80, entry  # from a checkpoint, mid-run, not from scratch
+        assert entry["identical_weights"] and entry["max_abs_weight_difference"] == 0.0, entry
+
+
+def _events(directory) -> dict[str, list[tuple[int, float]]]:
+    """Scalars of TensorBoard event files, read with the record format (length, CRC, event, CRC) and
+    tensorboardX's protobuf classes: no TensorBoard install needed."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(tokenised, tmp_path, ray_local):
+    """Gradient accumulation over length-bucketed batches, dev every N steps, the best checkpoint kept beside the
+    latest, TensorBoard files, the curve PNG; then jobs/evaluate.py scores the run's best checkpoint on dev to the
+    MAP training saw."""
+    from jobs.evaluate import EvaluateConfig, evaluate_checkpoint, main as evaluate_main
+    from jobs.train_loop import TrainConfig, batches_per_epoch_for, run
+
+    data = tokenised[0]
+    cfg = TrainConfig(model="gsamn", data=data, storage_path=str(tmp_path), name="acc", max_steps=24, dim=16,
+                      batch_size=8, grad_accumulation=3, eval_every=6, keep_checkpoints=1, log_every=3, seed=2,
+                      lr=3e-3, length_buckets=4)
+    assert batches_per_epoch_for(cfg, tokenised[1]["splits"]["train"]["rows"]) > 3 * 24  # no epoch end inside
+    summary = run(cfg)
+    assert summary["steps"] == 24
+    run_dir = tmp_path / "acc"
+    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)
+    assert state["batch_in_epoch"] == 3 * 24  # three micro-batches per optimiser step
+    history = state["dev_history"]
+    assert [step for step, _ in history] == [6, 12, 18, 24]
+    best_step, best_metrics = max(history, key=lambda item: item[1]["map"])
+    best = summary["best"]
+    assert best["step"] == best_step and best["value"] == pytest.approx(best_metrics["map"], abs=0)
+    kept = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("checkpoint_"))
+    assert len(kept) == (1 if best_step == 24 else 2)  # the best one, and the latest for a resume
+
+    scalars = _events(run_dir / "tensorboard")
+    assert [step for step, _ in scalars["train/loss"]] == list(range(3, 25, 3))
+    assert [step for step, _ in scalars["dev/map"]] == [6, 12, 18, 24]
+    assert scalars["dev/map"][-1][1] == pytest.approx(summary["metrics"]["map"], rel=1e-6)
+    with open(summary["training_curve"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    result, records = evaluate_checkpoint(EvaluateConfig(checkpoint=str(run_dir), data=data, split="dev"))
+    assert result["checkpoint"] == best["checkpoint"] and result["step"] == best_step
+    assert result["metrics"]["map"] == pytest.approx(best["value"], abs=1e-9)
+    kept_records = [r for r in records if r["skipped"] is None]
+    assert len(kept_records) == result["metrics"]["questions"]
+    assert np.mean([r["ap"] for r in kept_records]) == pytest.approx(result["metrics"]["map"])
+    for record in kept_records:
+        scores = [c["score"] for c in record["ranking"]]
+        assert scores == sorted(scores, reverse=True) and len(scores) == record["candidates"]
+
+    output = tmp_path / "test.jsonl"
+    assert evaluate_main(["--checkpoint", str(run_dir), "--which", "latest", "--data", data, "--split", "test",
+                          "--output", str(output)]) == 0
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(lines) == len({r["qid"] for r in lines}) > 10
+    assert evaluate_main(["--checkpoint", str(tmp_path), "--data", data]) == 2  # not a run: a clear error
+
+
+def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenised, shared_data, tmp_path, ray_local):
+    """The GSAMN paper's transfer: pretrain on StackExchangeQA, tokenise WikiQA with that vocabulary, fine-tune
+    from the run's best checkpoint. With a learning rate of 0 the fine-tuned weights stay exactly the pretrained
+    ones, which proves they were loaded; WikiQA tokenised with its own vocabulary is refused."""
+    from jobs.train_loop import TrainConfig, run
+    from pipelines.tokenize import TokenizeConfig, write
+
+    pretrain = run(TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="pretrain",
+                               max_steps=8, eval_every=4, dim=16, batch_size=8, log_every=4, seed=3))
+    wikiqa = os.path.join(shared_data, "wikiqa")
+    if not os.path.exists(os.path.join(wikiqa, "WikiQA-train.tsv.gz")):
+        pytest.skip(f"{wikiqa}: WikiQA not found")
+    target = str(tmp_path / "wikiqa")
+    manifest = write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=target, vocab=tokenised[0]))
+    assert manifest["vocab_sha256"] == tokenised[1]["vocab_sha256"] and manifest["vocab_from"] == tokenised[0]
+
+    finetune = run(TrainConfig(model="gsamn", data=target, storage_path=str(tmp_path), name="finetune", max_steps=3,
+                               lr=0.0, batch_size=8, log_every=1, seed=4, init_from=str(tmp_path / "pretrain")))
+    assert finetune["init_from"] == pretrain["best"]["checkpoint"]
+    before = torch.load(os.path.join(finetune["init_from"], "state.pt"), weights_only=False)
+    after = torch.load(os.path.join(finetune["checkpoint"], "state.pt"), weights_only=False)
+    assert after["model_config"] == before["model_config"]  # the pretrained architecture (dim 16), not defaults
+    assert after["model"].keys() == before["model"].keys()
+    for name, weight in before["model"].items():
+        assert torch.equal(after["model"][name], weight), name
+    assert after["vocab_sha256"] == before["vocab_sha256"] == manifest["vocab_sha256"]
+
+    own = str(tmp_path / "wikiqa-own")
+    write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=own))
+    result = subprocess.run([sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data",
+                             own, "--init-from", str(tmp_path / "pretrain"), "--dry-run"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "another vocabulary" in result.stderr and "--vocab" in result.stderr

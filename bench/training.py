@@ -1,0 +1,209 @@
+"""Training throughput under Ray Train against a plain PyTorch loop, and checkpoint cost against model size.
+
+    python bench/training.py [--data TOKENISED_DIR] [--models gsamn,ggsa,ctrn,iarnn-gate,qa-lstm|all]
+        [--steps 60] [--workers 1,2] [--json bench/training.json]
+
+For each answer-selection model, in one run on this machine, over the same tokenised shards (default: WikiQA
+from ../shared/data, tokenised into a temporary folder first), the same batch size and the model's paper
+defaults at --dim:
+- plain: one process, no Ray: pyarrow reads the shards, the training loop's own Batcher builds batches, AdamW
+  steps; with 1 torch thread and with every core;
+- ray-N: jobs/train.py's loop under Ray Train with N workers of one CPU each (DDP over Gloo), fed by Ray Data;
+  the local Ray gets N + 1 logical CPUs, so that Ray Data keeps one (on a 2-core machine, 2 workers share the
+  cores with it).
+Throughput is examples per second over the steps after the first (start-up, the data pipeline's first batch
+and the final evaluation excluded: the run's `examples_per_s`); `wall_s` is the whole run, start-up included.
+Ratios are over the plain 1-thread loop.
+
+Checkpoints: for GSAMN at several widths, the state a checkpoint holds (model and AdamW moments after one step)
+saved with torch.save to a staging file, fsynced and renamed, then loaded back into a fresh model and optimiser:
+size, seconds and MB/s each way.
+
+The last line is one JSON object (also written to --json): `throughput` per model and setting, `checkpoints`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard library's tokenize
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import platform  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+DEFAULT_MODELS = ("gsamn", "ggsa", "ctrn", "iarnn-gate", "qa-lstm")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("QA_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
+
+
+def _log(message: str) -> None:
+    print(f"[bench-training] {message}", file=sys.stderr, flush=True)
+
+
+def tokenised_wikiqa(folder: str) -> str:
+    from pipelines.tokenize import TokenizeConfig, write
+
+    source = os.path.join(SHARED_DATA, "wikiqa")
+    if not os.path.isdir(source):
+        raise SystemExit(f"{source} not found: pass --data, a folder written by jobs/tokenize_corpora.py")
+    out = os.path.join(folder, "wikiqa")
+    write(TokenizeConfig(dataset="wikiqa", input=source, output=out))
+    return out
+
+
+def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
+    """Examples per second of a single-process loop: the Batcher, forward, loss, backward, AdamW step."""
+    import torch
+
+    from jobs.evaluate import parquet_batches
+    from jobs.train_loop import Batcher, build_model, data_fields
+    from pipelines.tokenize import shard_paths
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, manifest.get("vocab_size", 0), None, data_fields(manifest), None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.resolved_lr(), weight_decay=cfg.weight_decay)
+    batcher = Batcher(cfg, model.inputs, getattr(model, "objective", None), getattr(model.config, "max_len", None))
+    paths, schema = shard_paths(cfg.data, "train")
+    model.train()
+    started, timed_from, done = time.time(), None, 0
+    while done <= steps:
+        for batch in parquet_batches(paths, cfg.batch_size, schema.names):
+            inputs, labels = batcher(batch, train=True)
+            loss = model.loss(model(**inputs), labels)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            done += 1
+            if done == 1:
+                timed_from = time.time()
+            if done > steps:
+                break
+    elapsed = time.time() - timed_from
+    return {"examples_per_s": round(steps * cfg.batch_size / elapsed, 1), "wall_s": round(time.time() - started, 2)}
+
+
+def ray_run(cfg, workers: int, storage: str) -> dict:
+    from dataclasses import replace
+
+    from jobs.train_loop import run
+
+    started = time.time()
+    summary = run(replace(cfg, num_workers=workers, cpus_per_worker=1, storage_path=storage,
+                          name=f"{cfg.model}-{workers}"))
+    return {"examples_per_s": round(summary["examples_per_s"], 1), "wall_s": round(time.time() - started, 2),
+            "steps": summary["steps"]}
+
+
+def checkpoint_costs(dims: list[int], vocab_size: int, folder: str) -> list[dict]:
+    import torch
+
+    from jobs.train_loop import TrainConfig, build_model
+
+    rows = []
+    for dim in dims:
+        cfg = TrainConfig(model="gsamn", data="", dim=dim)
+        model = build_model(cfg, vocab_size)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for parameter in model.parameters():  # one step, so that the optimiser holds its moments
+            parameter.grad = torch.ones_like(parameter)
+        optimizer.step()
+        path = os.path.join(folder, f"state-{dim}.pt")
+        started = time.perf_counter()
+        staged = path + ".partial"
+        with open(staged, "wb") as f:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, path)
+        saved = time.perf_counter() - started
+        fresh = build_model(cfg, vocab_size)
+        fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+        started = time.perf_counter()
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        fresh.load_state_dict(state["model"])
+        fresh_optimizer.load_state_dict(state["optimizer"])
+        restored = time.perf_counter() - started
+        megabytes = os.path.getsize(path) / 1e6
+        parameters = sum(p.numel() for p in model.parameters())
+        rows.append({"model": "gsamn", "dim": dim, "parameters": parameters, "mb": round(megabytes, 1),
+                     "save_s": round(saved, 3), "restore_s": round(restored, 3),
+                     "save_mb_per_s": round(megabytes / saved, 1), "restore_mb_per_s": round(megabytes / restored, 1)})
+        _log(f"checkpoint gsamn dim {dim}: {json.dumps(rows[-1])}")
+        os.remove(path)
+    return rows
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=None, help="tokenised answer-selection folder (default: WikiQA, tokenised here)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated registry names, or all")
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=60, help="timed steps per setting (after one warm-up step)")
+    p.add_argument("--workers", default="1,2", help="Ray Train worker counts")
+    p.add_argument("--checkpoint-dims", default="64,256,768", help="GSAMN widths for the checkpoint timings")
+    p.add_argument("--json", default=None, help="also write the result here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from jobs.ray_env import init_local_ray
+    from jobs.train_loop import TrainConfig, read_manifest
+    from qa_models import MODELS
+
+    models = [m for m in MODELS if MODELS[m].inputs != "passages"] if args.models == "all" else \
+        args.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)}")
+    workers = [int(w) for w in args.workers.split(",")]
+    cores = os.cpu_count() or 1
+    folder = tempfile.mkdtemp(prefix="bench-training-")
+    init_local_ray(num_cpus=max(workers) + 1, include_dashboard=False, logging_level=logging.WARNING,
+                   log_to_driver=False)
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = False
+    data = args.data or tokenised_wikiqa(folder)
+    manifest = read_manifest(data)
+    result = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": cores,
+                          "torch": torch.__version__},
+              "data": data, "train_rows": manifest["splits"]["train"]["rows"], "dim": args.dim,
+              "batch_size": args.batch_size, "steps": args.steps, "throughput": {}}
+    for model in models:
+        cfg = TrainConfig(model=model, data=data, dim=args.dim, batch_size=args.batch_size,
+                          max_steps=args.steps + 1, seed=0)
+        figures = {"plain-1-thread": plain_loop(cfg, manifest, args.steps, 1)}
+        if cores > 1:
+            figures[f"plain-{cores}-threads"] = plain_loop(cfg, manifest, args.steps, cores)
+        for n in workers:
+            figures[f"ray-{n}"] = ray_run(cfg, n, os.path.join(folder, "runs"))
+        base = figures["plain-1-thread"]["examples_per_s"]
+        for entry in figures.values():
+            entry["vs_plain_1_thread"] = round(entry["examples_per_s"] / base, 2)
+        result["throughput"][model] = figures
+        _log(f"{model}: " + "  ".join(f"{k} {v['examples_per_s']} ex/s ({v['vs_plain_1_thread']}x)"
+                                      for k, v in figures.items()))
+    dims = [int(d) for d in args.checkpoint_dims.split(",") if d]
+    result["checkpoints"] = checkpoint_costs(dims, manifest.get("vocab_size", 0), folder)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

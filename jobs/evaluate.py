@@ -1,0 +1,165 @@
+"""Score a trained checkpoint on any split of tokenised shards and write per-question results.
+
+    python jobs/evaluate.py --checkpoint RUN_DIR_OR_CHECKPOINT --data DIR [--split test] [--output FILE.jsonl]
+
+--checkpoint is a checkpoint folder (with state.pt) or a run folder (STORAGE/NAME of jobs/train.py), in which
+case the run's best checkpoint by its --select-metric is scored (`--which latest` for the latest). One process,
+no Ray: the split's shards are read straight from Parquet, checked against the manifest. Per-question results
+go to --output as JSON lines, written whole (temporary file, then rename): for answer selection AP, RR, P@1,
+candidates, positives and the ranking as (aid, label, score) from best to worst; for extractive reading the
+predicted span and its text, the gold answers, EM and F1; for multiple choice the predicted and right candidate.
+The last stdout line is one JSON object: checkpoint, split, metrics (MAP, MRR, P@1; EM, F1; or accuracy, with
+questions), rows, output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class EvaluateConfig:
+    checkpoint: str
+    data: str
+    split: str = "test"
+    output: str | None = None
+    which: str = "best"  # for a run folder: "best" (by the run's select metric) or "latest"
+    eval_policy: str | None = None  # None: the run's own
+    batch_size: int | None = None  # None: the run's dev batch size (train_loop.eval_batch_size)
+    device: str = "auto"
+
+
+def load_checkpoint(directory: str, device):
+    """(model in eval mode, TrainConfig, state) of a jobs/train.py checkpoint."""
+    from jobs.train_loop import TrainConfig, read_state
+    from qa_models import MODELS
+
+    state = read_state(directory)
+    if "model_config" not in state:
+        raise ValueError(f"{directory}: a checkpoint without its model configuration (written before "
+                         "jobs/train.py recorded it); retrain or resume it once to rewrite it")
+    cfg = TrainConfig(**state["config"])
+    model_class = MODELS[cfg.model]
+    model = model_class(model_class.config_class(**state["model_config"]))
+    model.load_state_dict(state["model"])
+    return model.to(device).eval(), cfg, state
+
+
+def parquet_batches(paths: list[str], batch_size: int, columns: list[str]):
+    """Numpy batches of Parquet files as Ray Data's order-preserving `iter_batches(batch_format="numpy")` cuts
+    them: `batch_size` rows each across file boundaries, the last one short."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def numpy_batch(table: pa.Table) -> dict:
+        # copies: Arrow's zero-copy arrays are read-only, which torch.as_tensor warns about
+        return {name: np.array(table.column(name).to_numpy()) for name in columns}
+
+    pending, rows = [], 0
+    for path in paths:
+        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+            pending.append(record_batch)
+            rows += record_batch.num_rows
+            while rows >= batch_size:
+                table = pa.Table.from_batches(pending)
+                yield numpy_batch(table.slice(0, batch_size))
+                rest = table.slice(batch_size)
+                pending, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield numpy_batch(pa.Table.from_batches(pending))
+
+
+def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
+    import torch
+
+    from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, eval_batch_size, read_batches,
+                                 read_manifest, resolve_checkpoint, score_batches, summarise_reading)
+    from pipelines.tokenize import shard_paths
+    from qa_models.metrics import per_question_ranking, summarise_ranking
+
+    checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
+    model, train_cfg, state = load_checkpoint(checkpoint, device)
+    manifest = read_manifest(cfg.data)
+    check_data_fits_model(train_cfg, manifest)
+    if manifest.get("vocab_size") and state.get("vocab_size") and manifest["vocab_size"] != state["vocab_size"]:
+        raise ValueError(f"{cfg.data}: vocabulary of {manifest['vocab_size']} tokens, the checkpoint was trained "
+                         f"with {state['vocab_size']} ({checkpoint}); tokenise with the run's vocabulary")
+    paths, schema = shard_paths(cfg.data, cfg.split)
+    batcher = Batcher(train_cfg, model.inputs, getattr(model, "objective", None),
+                      getattr(model.config, "max_len", None),
+                      manifest.get("max_context_tokens"))
+    dtype = autocast_dtype(train_cfg.precision if device.type == "cuda" else "fp32", device)
+    batches = parquet_batches(paths, cfg.batch_size or eval_batch_size(train_cfg, model.inputs), schema.names)
+    summary = {"checkpoint": checkpoint, "model": train_cfg.model, "step": state.get("step"), "split": cfg.split}
+    if model.inputs == "passages":
+        records = read_batches(model, batcher, batches, device, dtype)
+        return dict(summary, rows=len(records), metrics=summarise_reading(records), output=cfg.output), records
+    scored = score_batches(model, batcher, batches, device, dtype)
+    policy = cfg.eval_policy or train_cfg.eval_policy
+    rows = [{"aid": aid, "label": label, "score": score}
+            for aid, label, score in zip(scored["aid"], scored["label"], scored["score"])]
+    records = per_question_ranking(scored["qid"], scored["label"], scored["score"], policy=policy, ids=rows)
+    return dict(summary, policy=policy, rows=len(rows), metrics=summarise_ranking(records), output=cfg.output), records
+
+
+def write_jsonl(records: list[dict], path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    staged = f"{path}.partial-{os.getpid()}"
+    with open(staged, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+    os.replace(staged, path)
+
+
+def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder (state.pt) or run folder STORAGE/NAME")
+    p.add_argument("--data", required=True, help="folder written by jobs/tokenize_corpora.py, same vocabulary")
+    p.add_argument("--split", default="test", help="split to score (default test)")
+    p.add_argument("--output", default=None, help="per-question results as JSON lines")
+    p.add_argument("--which", default="best", choices=["best", "latest"], help="checkpoint of a run folder")
+    p.add_argument("--eval-policy", default=None, choices=["clean", "strict", "raw"],
+                   help="questions with no/only positives (default: the run's)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="rows scored at once (default: the run's dev batch size, which reproduces its dev figures "
+                        "exactly; another size pads differently and can move near-tied scores)")
+    p.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda, cuda:1, ...")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    args = p.parse_args(argv)
+    cfg = EvaluateConfig(checkpoint=args.checkpoint, data=args.data, split=args.split, output=args.output,
+                         which=args.which, eval_policy=args.eval_policy, batch_size=args.batch_size,
+                         device=args.device)
+    return cfg, args
+
+
+def main(argv=None) -> int:
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        print(json.dumps(asdict(cfg), indent=2))
+        return 0
+    try:
+        summary, records = evaluate_checkpoint(cfg)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"evaluate: error: {error}", file=sys.stderr)
+        return 2
+    if cfg.output:
+        write_jsonl(records, cfg.output)
+    shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}"
+                      for name, value in summary["metrics"].items() if name not in ("questions", "skipped"))
+    print(f"{summary['split']}: {shown}  over {summary['metrics']['questions']} questions ({summary['rows']} rows)",
+          file=sys.stderr)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
