@@ -15,11 +15,14 @@ Throughput is examples per second over the steps after the first (start-up, the 
 and the final evaluation excluded: the run's `examples_per_s`); `wall_s` is the whole run, start-up included.
 Ratios are over the plain 1-thread loop.
 
+Padding: the share of padded positions in an epoch of train batches, without length buckets and with 8 and 32.
+
 Checkpoints: for GSAMN at several widths, the state a checkpoint holds (model and AdamW moments after one step)
 saved with torch.save to a staging file, fsynced and renamed, then loaded back into a fresh model and optimiser:
 size, seconds and MB/s each way.
 
-The last line is one JSON object (also written to --json): `throughput` per model and setting, `checkpoints`.
+The last line is one JSON object (also written to --json): `throughput` per model and setting, `padding`,
+`checkpoints`.
 """
 from __future__ import annotations
 
@@ -103,6 +106,40 @@ def ray_run(cfg, workers: int, storage: str) -> dict:
             "steps": summary["steps"]}
 
 
+def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]:
+    """Share of padded positions in one epoch of train batches, as GSAMN reads them (question <sep> answer,
+    capped at 256) and as the siamese models read the longer of question and answer, without length buckets and
+    with --length-buckets N: what bucketing saves before any model runs."""
+    import numpy as np
+
+    from jobs.evaluate import parquet_batches
+    from jobs.train_loop import Batcher, TrainConfig, _lengths, length_buckets
+    from pipelines.tokenize import shard_paths
+
+    paths, schema = shard_paths(data, "train")
+    columns = ["qid", "question_ids", "answer_ids", "label"]
+    rows = []
+    for window in windows:
+        joint = Batcher(TrainConfig(model="gsamn", data=data), "joint")
+        batches = parquet_batches(paths, batch_size, columns)
+        if window > 1:
+            batches = length_buckets(batches, window, batch_size, joint.length_key, np.random.default_rng(0))
+        real = {"joint": 0, "separate": 0}
+        padded = {"joint": 0, "separate": 0}
+        for batch in batches:
+            lengths = joint.length_key(batch) + 1  # the <sep>
+            real["joint"] += int(lengths.sum())
+            padded["joint"] += int(lengths.max()) * len(lengths)
+            for column in ("question_ids", "answer_ids"):
+                lengths = np.minimum(_lengths(batch[column]), 256)
+                real["separate"] += int(lengths.sum())
+                padded["separate"] += int(lengths.max()) * len(lengths)
+        rows.append({"length_buckets": window,
+                     **{f"{k}_padding_share": round(1 - real[k] / padded[k], 3) for k in real}})
+        _log(f"padding: {json.dumps(rows[-1])}")
+    return rows
+
+
 def checkpoint_costs(dims: list[int], vocab_size: int, folder: str) -> list[dict]:
     import torch
 
@@ -146,7 +183,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="tokenised answer-selection folder (default: WikiQA, tokenised here)")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated registry names, or all")
-    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--dim", type=int, default=96, help="model width (a multiple of GGSA's 6 heads)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=60, help="timed steps per setting (after one warm-up step)")
     p.add_argument("--workers", default="1,2", help="Ray Train worker counts")
@@ -196,6 +233,7 @@ def main(argv=None) -> int:
         result["throughput"][model] = figures
         _log(f"{model}: " + "  ".join(f"{k} {v['examples_per_s']} ex/s ({v['vs_plain_1_thread']}x)"
                                       for k, v in figures.items()))
+    result["padding"] = padding_shares(data, args.batch_size, [0, 8, 32])
     dims = [int(d) for d in args.checkpoint_dims.split(",") if d]
     result["checkpoints"] = checkpoint_costs(dims, manifest.get("vocab_size", 0), folder)
     if args.json:
