@@ -13,8 +13,9 @@ uninterrupted and once per failure, injected as soon as Ray Train has recorded t
 Each failed run must restart its worker group (FailureConfig), continue from its latest checkpoint and finish at
 exactly --max-steps; its final weights are compared tensor by tensor with the uninterrupted run's. The cost of a
 failure is its wall time over the uninterrupted run's: the group's restart plus the steps redone since the last
-checkpoint. The last line is one JSON object (also written to --json): `reference` and one entry per failure with
-`steps`, `resumed_from_step`, `wall_s`, `lost_s`, `identical_weights` and `max_abs_weight_difference`.
+checkpoint. The last line is one JSON object (also written to --json, default bench/fault_tolerance.json):
+`reference` and one entry per failure with `steps`, `resumed_from_step`, `wall_s`, `lost_s`, `identical_weights`
+and `max_abs_weight_difference`.
 """
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
+from bench.report import write_result  # noqa: E402
+
 FAILURES = ("kill-worker", "remove-node")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_WORKER = "ray::RayTrainWorker"
 
 
@@ -139,7 +143,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--failures", default=",".join(FAILURES), help=f"comma-separated, of {', '.join(FAILURES)}")
     p.add_argument("--storage-path", default=None, help="runs go here (default: a temporary folder)")
     p.add_argument("--verbose", action="store_true", help="show the training workers' logs")
-    p.add_argument("--json", default=None, help="also write the result here")
+    p.add_argument("--json", default=os.path.join(REPO, "bench", "fault_tolerance.json"),
+                   help="where to write the figures")
     return p.parse_args(argv)
 
 
@@ -193,10 +198,7 @@ def main(argv=None) -> int:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    print(json.dumps(results))
+    write_result(results, args.json)
     return 0
 
 

@@ -21,8 +21,8 @@ Checkpoints: for GSAMN at several widths, the state a checkpoint holds (model an
 saved with torch.save to a staging file, fsynced and renamed, then loaded back into a fresh model and optimiser:
 size, seconds and MB/s each way.
 
-The last line is one JSON object (also written to --json): `throughput` per model and setting, `padding`,
-`checkpoints`.
+The last line is one JSON object (also written to --json, default bench/training.json): `throughput` per model
+and setting, `padding`, `checkpoints`.
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ import logging  # noqa: E402
 import platform  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+
+from bench.report import write_result  # noqa: E402
 
 DEFAULT_MODELS = ("gsamn", "ggsa", "ctrn", "iarnn-gate", "qa-lstm")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -188,7 +190,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=60, help="timed steps per setting (after one warm-up step)")
     p.add_argument("--workers", default="1,2", help="Ray Train worker counts")
     p.add_argument("--checkpoint-dims", default="64,256,768", help="GSAMN widths for the checkpoint timings")
-    p.add_argument("--json", default=None, help="also write the result here")
+    p.add_argument("--json", default=os.path.join(REPO, "bench", "training.json"), help="where to write the figures")
     return p.parse_args(argv)
 
 
@@ -236,10 +238,7 @@ def main(argv=None) -> int:
     result["padding"] = padding_shares(data, args.batch_size, [0, 8, 32])
     dims = [int(d) for d in args.checkpoint_dims.split(",") if d]
     result["checkpoints"] = checkpoint_costs(dims, manifest.get("vocab_size", 0), folder)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-    print(json.dumps(result))
+    write_result(result, args.json)
     return 0
 
 
