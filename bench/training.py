@@ -6,8 +6,9 @@
 For each answer-selection model, in one run on this machine, over the same tokenised shards (default: WikiQA
 from ../shared/data, tokenised into a temporary folder first), the same batch size and the model's paper
 defaults at --dim:
-- plain: one process, no Ray: pyarrow reads the shards, the training loop's own Batcher builds batches, AdamW
-  steps; with 1 torch thread and with every core;
+- plain: one process, no Ray Train: the batches the training loop's single worker gets (Ray Data reads the shards
+  in order through the same seeded local shuffle, `train_loop.epoch_batches`), its Batcher, then forward,
+  loss, backward, clipping and an AdamW step; with 1 torch thread and with every core;
 - ray-N: jobs/train.py's loop under Ray Train with N workers of one CPU each (DDP over Gloo), fed by Ray Data;
   the local Ray gets N + 1 logical CPUs, so that Ray Data keeps one (on a 2-core machine, 2 workers share the
   cores with it).
@@ -66,20 +67,20 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
     """Examples per second of a single-process loop: the Batcher, forward, loss, backward, AdamW step."""
     import torch
 
-    from jobs.evaluate import parquet_batches
-    from jobs.train_loop import Batcher, build_model, data_fields
-    from pipelines.tokenize import shard_paths
+    from jobs.train_loop import Batcher, build_model, data_fields, epoch_batches, ordered_execution
+    from pipelines.tokenize import read_shards
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, manifest.get("vocab_size", 0), None, data_fields(manifest), None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.resolved_lr(), weight_decay=cfg.weight_decay)
     batcher = Batcher(cfg, model.inputs, getattr(model, "objective", None), getattr(model.config, "max_len", None))
-    paths, schema = shard_paths(cfg.data, "train")
+    dataset = read_shards(cfg.data, "train")
+    dataset.context.execution_options = ordered_execution()
     model.train()
-    started, timed_from, done = time.time(), None, 0
+    started, timed_from, done, epoch = time.time(), None, 0, 0
     while done <= steps:
-        for batch in parquet_batches(paths, cfg.batch_size, schema.names):
+        for batch in epoch_batches(dataset, cfg, epoch, batcher):
             inputs, labels = batcher(batch, train=True)
             loss = model.loss(model(**inputs), labels)
             loss.backward()
@@ -92,6 +93,7 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
                 timed_from = time.time()
             if done > steps:
                 break
+        epoch += 1
     elapsed = time.time() - timed_from
     return {"examples_per_s": round(steps * cfg.batch_size / elapsed, 1), "wall_s": round(time.time() - started, 2)}
 

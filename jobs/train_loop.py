@@ -353,6 +353,18 @@ def length_buckets(batches, window: int, batch_size: int, key, rng: np.random.Ge
         yield from flush(pool)
 
 
+def epoch_batches(shard, cfg: TrainConfig, epoch: int, batcher: Batcher):
+    """An epoch's numpy batches of a worker's shard (or any Ray Dataset): a seeded local shuffle of eight
+    batches' rows, then --length-buckets."""
+    batches = shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
+                                 local_shuffle_buffer_size=cfg.batch_size * 8,
+                                 local_shuffle_seed=cfg.seed * 1000 + epoch)
+    if cfg.length_buckets > 1:
+        batches = length_buckets(batches, cfg.length_buckets, cfg.batch_size, batcher.length_key,
+                                 np.random.default_rng([cfg.seed, epoch]))
+    return batches
+
+
 def _lengths(column) -> np.ndarray:
     return np.fromiter((len(x) for x in column), dtype=np.int64, count=len(column))
 
@@ -660,12 +672,7 @@ def train_loop_per_worker(config: dict) -> None:
         skip = batch_in_epoch  # micro-batches of this epoch consumed before a resume (a step boundary)
         micro, step_loss = 0, 0.0
         evaluated_at, last_dev = None, {}
-        batches = train_shard.iter_batches(
-            batch_size=cfg.batch_size, batch_format="numpy", local_shuffle_buffer_size=cfg.batch_size * 8,
-            local_shuffle_seed=cfg.seed * 1000 + epoch)
-        if cfg.length_buckets > 1:
-            batches = length_buckets(batches, cfg.length_buckets, cfg.batch_size, batcher.length_key,
-                                     np.random.default_rng([cfg.seed, epoch]))
+        batches = epoch_batches(train_shard, cfg, epoch, batcher)
         for index, batch in enumerate(batches):
             if index < skip:
                 continue
@@ -764,14 +771,20 @@ def ingest_config():
     worker's share is fixed by the block sizes alone (OutputSplitter ignores locality hints then), so the same
     seed gives the same batches on every run and after every restart, and a resume that skips the batches an
     epoch already consumed skips exactly those. The cost is blocks waiting for slower earlier ones."""
+    import ray.train
+
+    return ray.train.DataConfig(datasets_to_split=["train"], execution_options=ordered_execution())
+
+
+def ordered_execution():
+    """The current Ray Data execution options with `preserve_order` on."""
     import copy
 
-    import ray.train
     from ray.data import DataContext
 
     options = copy.copy(DataContext.get_current().execution_options)
     options.preserve_order = True
-    return ray.train.DataConfig(datasets_to_split=["train"], execution_options=options)
+    return options
 
 
 def run(cfg: TrainConfig) -> dict:
