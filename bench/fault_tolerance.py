@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
@@ -106,8 +107,8 @@ class Injector(threading.Thread):
             os.kill(pids[-1], signal.SIGKILL)
             self.detail = f"SIGKILL to training worker {pids[-1]}"
         else:
-            node = next((n for n in map(lambda pid: node_of(pid, self.cluster.worker_nodes), reversed(pids)) if n),
-                        None)
+            nodes = [node_of(pid, self.cluster.worker_nodes) for pid in reversed(pids)]
+            node = next((n for n in nodes if n is not None), None)
             if node is None:
                 self.detail = "no training worker on a removable node"
                 return
@@ -146,6 +147,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", default=os.path.join(REPO, "bench", "fault_tolerance.json"),
                    help="where to write the figures")
     return p.parse_args(argv)
+
+
+def forget_cluster_address(address: str) -> None:
+    """Remove the address `Cluster` recorded in Ray's temp dir for later `ray.init()` calls to join, so a
+    plain `ray.init()` after this benchmark starts a new instance instead of failing to reach a dead one."""
+    from ray._private.utils import get_ray_address_file
+
+    path = get_ray_address_file(None)
+    with contextlib.suppress(OSError):
+        with open(path) as f:
+            recorded = f.read().strip()
+        if recorded == address:
+            os.remove(path)
 
 
 def main(argv=None) -> int:
@@ -198,6 +212,7 @@ def main(argv=None) -> int:
     finally:
         ray.shutdown()
         cluster.shutdown()
+        forget_cluster_address(cluster.address)
     write_result(results, args.json)
     return 0
 

@@ -34,13 +34,17 @@ def worker_env() -> dict[str, str]:
 
 def init_local_ray(**kwargs) -> None:
     """`ray.init` of a private local instance whose workers use WORKER_ENV (they inherit the raylet's
-    environment, which is this process's)."""
+    environment, which is this process's).
+
+    Always a new instance (address "local"): without it `ray.init` joins whatever cluster the last `ray start`
+    or `ray.cluster_utils.Cluster` on this machine recorded in /tmp/ray/ray_current_cluster, even a dead one,
+    and then refuses num_cpus."""
     import ray
 
     os.environ.update(worker_env())
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
-    ray.init(**kwargs)
+    ray.init(address="local", **kwargs)
 
 
 @contextlib.contextmanager

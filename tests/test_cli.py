@@ -147,3 +147,25 @@ def test_word_vectors_in_the_data_folder_set_the_embedding_width_and_are_checked
     result = _job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--embeddings", str(tmp_path / "no.npy"),
                   "--dry-run")
     assert result.returncode == 2 and "no.npy: no such file" in result.stderr
+
+
+def test_a_job_run_directly_starts_its_own_ray_even_where_a_cluster_address_is_recorded():
+    """`ray start` and `ray.cluster_utils.Cluster` record their address in <ray temp dir>/ray_current_cluster and
+    leave it behind; a plain `ray.init()` would try to join that (dead) cluster and refuse num_cpus."""
+    import shutil
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
+    try:
+        os.makedirs(os.path.join(temp, "ray"))
+        with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
+            f.write("127.0.0.1:9")
+        code = ("import ray\nfrom jobs.ray_env import ray_session\n"
+                "with ray_session(num_cpus=1):\n    print(int(ray.cluster_resources()['CPU']))\n")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": temp}
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                                timeout=180)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.split()[-1] == "1"
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
