@@ -6,8 +6,8 @@
 For each answer-selection model, in one run on this machine, over the same tokenised shards (default: WikiQA
 from ../shared/data, tokenised into a temporary folder first), the same batch size and the model's paper
 defaults at --dim:
-- plain: one process, no Ray Train: the batches the training loop's single worker gets (Ray Data reads the shards
-  in order through the same seeded local shuffle, `train_loop.epoch_batches`), its Batcher, then forward,
+- plain: one process, no Ray Train: the batches the training loop's single worker gets (its rows through Ray Data
+  and the same seeded pools, `train_rows.epoch_batches`), its Batcher, then forward,
   loss, backward, clipping and an AdamW step; with 1 torch thread and with every core;
 - ray-N: jobs/train.py's loop under Ray Train with N workers of one CPU each (DDP over Gloo), fed by Ray Data;
   the local Ray gets N + 1 logical CPUs, so that Ray Data keeps one (on a 2-core machine, 2 workers share the
@@ -67,20 +67,22 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
     """Examples per second of a single-process loop: the Batcher, forward, loss, backward, AdamW step."""
     import torch
 
-    from jobs.train_loop import Batcher, build_model, data_fields, epoch_batches, ordered_execution
-    from pipelines.tokenize import read_shards
+    from jobs.train_loop import Batcher, build_model, data_fields
+    from jobs.train_rows import epoch_batches, row_groups, worker_rows
+    from pipelines.tokenize import shard_paths
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, manifest.get("vocab_size", 0), None, data_fields(manifest), None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.resolved_lr(), weight_decay=cfg.weight_decay)
     batcher = Batcher(cfg, model.inputs, getattr(model, "objective", None), getattr(model.config, "max_len", None))
-    dataset = read_shards(cfg.data, "train")
-    dataset.context.execution_options = ordered_execution()
+    groups = row_groups(shard_paths(os.path.abspath(cfg.data), "train")[0])
+    start, stop = worker_rows(sum(rows for *_, rows in groups), 1, 0)
     model.train()
     started, timed_from, done, epoch = time.time(), None, 0, 0
     while done <= steps:
-        for batch in epoch_batches(dataset, cfg, epoch, batcher):
+        for _, batch in epoch_batches(groups, start, stop, cfg, epoch, 0, batcher.length_key,
+                                      group="qid" if batcher.pairwise else None):
             inputs, labels = batcher(batch, train=True)
             loss = model.loss(model(**inputs), labels)
             loss.backward()
@@ -111,23 +113,22 @@ def ray_run(cfg, workers: int, storage: str) -> dict:
 
 
 def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]:
-    """Share of padded positions in one epoch of train batches, as GSAMN reads them (question <sep> answer,
+    """Share of padded positions in one epoch of a single worker's train batches, as GSAMN reads them (question <sep> answer,
     capped at 256) and as the siamese models read the longer of question and answer, without length buckets and
     with --length-buckets N: what bucketing saves before any model runs."""
     import numpy as np
 
-    from jobs.evaluate import parquet_batches
-    from jobs.train_loop import Batcher, TrainConfig, _lengths, length_buckets
+    from jobs.train_loop import Batcher, TrainConfig, _lengths
+    from jobs.train_rows import epoch_batches, row_groups
     from pipelines.tokenize import shard_paths
 
-    paths, schema = shard_paths(data, "train")
-    columns = ["qid", "question_ids", "answer_ids", "label"]
+    groups = row_groups(shard_paths(data, "train")[0])
+    total = sum(rows for *_, rows in groups)
     rows = []
     for window in windows:
-        joint = Batcher(TrainConfig(model="gsamn", data=data), "joint")
-        batches = parquet_batches(paths, batch_size, columns)
-        if window > 1:
-            batches = length_buckets(batches, window, batch_size, joint.length_key, np.random.default_rng(0))
+        cfg = TrainConfig(model="gsamn", data=data, batch_size=batch_size, length_buckets=window)
+        joint = Batcher(cfg, "joint")
+        batches = (batch for _, batch in epoch_batches(groups, 0, total, cfg, 0, 0, joint.length_key))
         real = {"joint": 0, "separate": 0}
         padded = {"joint": 0, "separate": 0}
         for batch in batches:

@@ -59,8 +59,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                    help="micro-batches of --batch-size per optimiser step (an effective batch of batch x this x "
                         "workers)")
     p.add_argument("--length-buckets", type=int, default=0,
-                   help="pool N batches, sort their rows by length, re-cut and shuffle the batches: less padding "
-                        "(a question's rows stay together for pairwise models); 0 (default): off, as the papers")
+                   help="sort the rows of each pool of N batches (at least the shuffle's pool of 8) by length, re-cut "
+                        "and shuffle the batches: less padding (a question's rows stay together for pairwise "
+                        "models); 0 (default): off, as the papers")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                    help="autocast precision: auto = bf16 on GPUs that support it, fp32 on CPU; fp16 (GPU only) "
                         "adds a gradient scaler")

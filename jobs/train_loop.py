@@ -3,12 +3,12 @@
 Models stay plain PyTorch (`qa_models`); this module feeds them Parquet shards through Ray Data, runs AdamW
 with linear warm-up over the first 10% of steps and linear decay (the GSAMN paper's schedule), with gradient
 accumulation and autocast (bf16, or fp16 with a gradient scaler), reports dev MAP/MRR/P@1, and checkpoints
-model, optimiser, scheduler, scaler, step, data position and the dev history. Batches come in the same order on
-every run (Ray Data keeps file order) and every random draw is seeded by position (`seed_micro_batch`), so a run
-restarted from a checkpoint, after a lost worker or node, ends with the weights of an uninterrupted one. Ray
-Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by running again with the same storage
-path
-and name (Ray Train V2 finds the latest checkpoint). Scalars go to TensorBoard event files and the curves to a
+model, optimiser, scheduler, scaler, step, data position and the dev history. Each worker streams its own rows
+of train from an exact position (jobs/train_rows.py), in batches fixed by the data and the seed, and every random
+draw is seeded by position (`seed_micro_batch`), so a run restarted from a checkpoint, after a lost worker or
+node, reads on from where it was, without re-reading what it had consumed, and ends with the weights of an
+uninterrupted one. Ray Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by
+running again with the same storage path and name (Ray Train V2 finds the latest checkpoint). Scalars go to TensorBoard event files and the curves to a
 PNG in the run folder.
 """
 from __future__ import annotations
@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+
+from jobs.train_rows import epoch_batches, ordered_execution, row_groups, worker_rows
 
 STATE_FILE = "state.pt"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -76,7 +78,7 @@ class TrainConfig:
     embeddings: str = "auto"  # word vectors: "auto" (DATA/embeddings.npy if there), "none", or a .npy path
     init_from: str | None = None  # a checkpoint (or a run's best) whose weights a new run starts from: fine-tuning
     grad_accumulation: int = 1  # micro-batches per optimiser step
-    length_buckets: int = 0  # pool this many batches, sort them by length, re-cut and shuffle (0: off)
+    length_buckets: int = 0  # sort pools of this many batches (at least 8) by length, re-cut and shuffle (0: off)
     precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp32), "fp32", "bf16", "fp16" (GPU)
     eval_every: int | None = None  # steps between dev evaluations; epoch ends and the last step always evaluate
     select_metric: str = "auto"  # the dev metric that picks the best checkpoint; auto: MAP, F1 or accuracy
@@ -330,41 +332,6 @@ class Batcher:
         return encoded, labels
 
 
-def length_buckets(batches, window: int, batch_size: int, key, rng: np.random.Generator):
-    """Batches with less padding: pool `window` batches, sort their rows by `key(pool) -> lengths` (stable, so
-    rows of equal length keep their order), cut them into batches of `batch_size` again and yield those in an
-    order drawn from `rng`. The number of batches is unchanged (only the epoch's last may be short), and the
-    result depends only on the incoming order and `rng`, so a resumed run skips exactly what it consumed."""
-    def flush(pool: list[dict]):
-        columns = {name: np.concatenate([b[name] for b in pool]) for name in pool[0]}
-        order = np.argsort(key(columns), kind="stable")
-        cuts = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        full = len(cuts) - (len(cuts[-1]) < batch_size)  # a short cut (the epoch's end) stays last
-        for k in list(rng.permutation(full)) + list(range(full, len(cuts))):
-            yield {name: values[cuts[k]] for name, values in columns.items()}
-
-    pool: list[dict] = []
-    for batch in batches:
-        pool.append(batch)
-        if len(pool) == window:
-            yield from flush(pool)
-            pool = []
-    if pool:
-        yield from flush(pool)
-
-
-def epoch_batches(shard, cfg: TrainConfig, epoch: int, batcher: Batcher):
-    """An epoch's numpy batches of a worker's shard (or any Ray Dataset): a seeded local shuffle of eight
-    batches' rows, then --length-buckets."""
-    batches = shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
-                                 local_shuffle_buffer_size=cfg.batch_size * 8,
-                                 local_shuffle_seed=cfg.seed * 1000 + epoch)
-    if cfg.length_buckets > 1:
-        batches = length_buckets(batches, cfg.length_buckets, cfg.batch_size, batcher.length_key,
-                                 np.random.default_rng([cfg.seed, epoch]))
-    return batches
-
-
 def _lengths(column) -> np.ndarray:
     return np.fromiter((len(x) for x in column), dtype=np.int64, count=len(column))
 
@@ -613,7 +580,9 @@ def train_loop_per_worker(config: dict) -> None:
     core = model.module if hasattr(model, "module") else model
     batcher = Batcher(cfg, core.inputs, getattr(core, "objective", None), getattr(core.config, "max_len", None),
                       config["max_context"])
-    train_shard = ray.train.get_dataset_shard("train")
+    world_size = context.get_world_size()
+    train_groups = config["train_row_groups"]
+    first_row, end_row = worker_rows(config["train_rows"], world_size, rank)
     dev = ray.train.get_dataset_shard("dev")
     scalars = Scalars(cfg, resumed_from) if rank == 0 else None
 
@@ -672,10 +641,9 @@ def train_loop_per_worker(config: dict) -> None:
         skip = batch_in_epoch  # micro-batches of this epoch consumed before a resume (a step boundary)
         micro, step_loss = 0, 0.0
         evaluated_at, last_dev = None, {}
-        batches = epoch_batches(train_shard, cfg, epoch, batcher)
-        for index, batch in enumerate(batches):
-            if index < skip:
-                continue
+        batches = epoch_batches(train_groups, first_row, end_row, cfg, epoch, rank, batcher.length_key, skip,
+                                "qid" if batcher.pairwise else None)
+        for index, batch in batches:
             seed_micro_batch(cfg.seed, rank, epoch, index)
             inputs, labels = batcher(batch, train=True)
             micro += 1
@@ -742,7 +710,7 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def batches_per_epoch_for(cfg: TrainConfig, train_rows: int) -> int:
-    """Micro-batches in each worker's equal share of train (Ray Train splits it with `equal=True`)."""
+    """Micro-batches in each worker's equal share of train (`train_rows.worker_rows`)."""
     return max(1, math.ceil(train_rows // cfg.num_workers / cfg.batch_size))
 
 
@@ -767,24 +735,11 @@ def check_data_fits_model(cfg: TrainConfig, manifest: dict) -> None:
 
 
 def ingest_config():
-    """Ray Train's DataConfig with Ray Data's order kept: blocks reach the workers' shards in file order, each
-    worker's share is fixed by the block sizes alone (OutputSplitter ignores locality hints then), so the same
-    seed gives the same batches on every run and after every restart, and a resume that skips the batches an
-    epoch already consumed skips exactly those. The cost is blocks waiting for slower earlier ones."""
+    """Ray Train's DataConfig: dev whole to every worker (rank 0 reads it), in file order. Train is not given to
+    Ray Train: each worker streams its own rows from an exact position (jobs/train_rows.py)."""
     import ray.train
 
-    return ray.train.DataConfig(datasets_to_split=["train"], execution_options=ordered_execution())
-
-
-def ordered_execution():
-    """The current Ray Data execution options with `preserve_order` on."""
-    import copy
-
-    from ray.data import DataContext
-
-    options = copy.copy(DataContext.get_current().execution_options)
-    options.preserve_order = True
-    return options
+    return ray.train.DataConfig(datasets_to_split=[], execution_options=ordered_execution())
 
 
 def run(cfg: TrainConfig) -> dict:
@@ -794,18 +749,19 @@ def run(cfg: TrainConfig) -> dict:
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from pipelines.tokenize import read_shards
+    from pipelines.tokenize import read_shards, shard_paths
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
     task = data_task(manifest)
     metric = select_metric(cfg, task)
     init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
-    datasets = {}
     for split in ("train", "dev"):
         if split not in manifest["splits"]:
             raise FileNotFoundError(f"{cfg.data}: manifest.json has no {split!r} split")
-        datasets[split] = read_shards(cfg.data, split)
+    train_paths, _ = shard_paths(os.path.abspath(cfg.data), "train")
+    train_groups = row_groups(train_paths)
+    datasets = {"dev": read_shards(cfg.data, "dev")}
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
     vectors = embeddings_path(cfg)
     if vectors:
@@ -822,6 +778,7 @@ def run(cfg: TrainConfig) -> dict:
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
                            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
+                           "train_row_groups": train_groups, "train_rows": sum(rows for *_, rows in train_groups),
                            "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,

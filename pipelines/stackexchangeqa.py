@@ -18,7 +18,9 @@ Stages, each a Ray Data operation:
      either kept ("question", "positive") or the reason it was dropped, and its question's split;
   5. negatives sampled for each positive from the answers of other questions in the same pool group (site and
      split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
-     partitioning.
+     partitioning;
+  6. pairs grouped by question (a hash shuffle by question id), questions in an order drawn from the seed,
+     so that shards never hold long runs of one label.
 
 `build(cfg)` returns the pairs dataset and the funnel; `write(cfg)` writes shards, `stats.json`,
 `failures.jsonl` and the data card atomically. The funnel counts every post exactly once, so its parts add
@@ -563,6 +565,11 @@ def build(cfg: BuildConfig):
     stats["stage_seconds"] = stages.seconds
     pairs = positives.map_batches(_positive_pairs, batch_format="pyarrow").union(
         negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
+    # Shards in union order would hold every positive, then every negative: a training stream of one label for
+    # thousands of steps. A hash shuffle by question (its partitions stay whole blocks) brings each question's
+    # pairs together, in an order drawn from the seed.
+    pairs = pairs.repartition(_partitions(cfg), keys=["qid"]).map_batches(
+        questions_in_seeded_order, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": cfg.seed})
     attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
                                  col("status").is_in(list(NEGATIVE_POOL)))
     return pairs, stats, attribution.map_batches(attribution_rows, batch_format="pyarrow")
@@ -570,6 +577,18 @@ def build(cfg: BuildConfig):
 
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
 _LENGTH_LABELS = list(length_histogram([]).keys())
+
+
+def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
+    """A block of whole questions' pairs, questions in an order drawn from (seed, qid), each question's positives
+    first, then its negatives, each by answer id: the same rows in the same order on every run."""
+    if batch.num_rows == 0:
+        return batch
+    keys = pa.array([stable_unit(seed, qid) for qid in batch.column("qid").to_pylist()], pa.float64())
+    order = pc.sort_indices(pa.table({"key": keys, "qid": batch["qid"], "label": batch["label"], "aid": batch["aid"]}),
+                            sort_keys=[("key", "ascending"), ("qid", "ascending"), ("label", "descending"),
+                                       ("aid", "ascending")])
+    return batch.take(order)
 
 
 def _positive_pairs(batch: pa.Table) -> pa.Table:

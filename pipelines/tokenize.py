@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 
 from pipelines.atomic import staged_dir
-from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
+from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
 
 PAD, UNK, SEP, CLS = "<pad>", "<unk>", "<sep>", "<cls>"
 RESERVED = (PAD, UNK, SEP, CLS)  # ids 0..3 in every vocabulary
@@ -293,7 +293,8 @@ def write_shards(ds, staging: str, split: str, cfg: TokenizeConfig, size_from=No
     import pyarrow.parquet as pq
 
     directory = os.path.join(staging, split)
-    ds.write_parquet(directory, min_rows_per_file=rows_per_shard(size_from or ds, cfg), compression="zstd")
+    ds.write_parquet(directory, min_rows_per_file=rows_per_shard(size_from or ds, cfg), compression="zstd",
+                     row_group_size=ROW_GROUP_ROWS)
     files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet")) if os.path.isdir(directory) else []
     return [{"path": f"{split}/{f}", "rows": pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows,
              "bytes": os.path.getsize(os.path.join(directory, f)), "sha256": _sha256(os.path.join(directory, f))}

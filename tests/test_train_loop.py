@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.train_loop import Batcher, TrainConfig, autocast_dtype, length_buckets, total_steps_for
+from jobs.train_loop import Batcher, TrainConfig, autocast_dtype, total_steps_for
+from jobs.train_rows import cut_pool, row_pieces, worker_rows
 
 
 def _batches(rows: int, batch_size: int, seed: int = 0):
@@ -24,27 +25,55 @@ def _padded_tokens(batches, max_len=256) -> int:
                for b in batches)
 
 
+def _pools(batches, per_pool: int, cfg, key):
+    """cut_pool over a stream of batches, `per_pool` at a time, each pool with its own seeded generator."""
+    batches = list(batches)
+    for number, start in enumerate(range(0, len(batches), per_pool)):
+        pool = batches[start:start + per_pool]
+        columns = {name: np.concatenate([b[name] for b in pool]) for name in pool[0]}
+        yield from cut_pool(columns, cfg.batch_size, np.random.default_rng([cfg.seed, 0, 0, number]), key)
+
+
 def test_length_buckets_keep_every_row_and_cut_padding():
-    cfg = TrainConfig(model="gsamn", data="d")
+    cfg = TrainConfig(model="gsamn", data="d", batch_size=16, length_buckets=8)
     batcher = Batcher(cfg, "joint")
     plain = list(_batches(1000, 16))
-    bucketed = list(length_buckets(_batches(1000, 16), 8, 16, batcher.length_key, np.random.default_rng(0)))
+    bucketed = list(_pools(_batches(1000, 16), 8, cfg, batcher.length_key))
     assert len(bucketed) == len(plain) and [len(b["qid"]) for b in bucketed[:-1]] == [16] * (len(plain) - 1)
     key = lambda b: sorted(zip(b["qid"], map(len, b["answer_ids"]), b["label"]))  # noqa: E731
     assert sorted(r for b in bucketed for r in key(b)) == sorted(r for b in plain for r in key(b))
     assert _padded_tokens(bucketed) < 0.75 * _padded_tokens(plain), (_padded_tokens(bucketed), _padded_tokens(plain))
-    again = list(length_buckets(_batches(1000, 16), 8, 16, batcher.length_key, np.random.default_rng(0)))
+    again = list(_pools(_batches(1000, 16), 8, cfg, batcher.length_key))
     assert all(np.array_equal(a["label"], b["label"]) and list(a["qid"]) == list(b["qid"])
-               for a, b in zip(again, bucketed))  # a resumed run skips exactly what it consumed
+               for a, b in zip(again, bucketed))  # the same seed, the same batches
+
+
+def test_a_pool_without_buckets_is_shuffled_and_keeps_every_row():
+    cfg = TrainConfig(model="gsamn", data="d", batch_size=16)
+    plain = list(_batches(200, 16))
+    shuffled = list(_pools(plain, 8, cfg, None))
+    assert [len(b["qid"]) for b in shuffled] == [len(b["qid"]) for b in plain]
+    rows = lambda bs: [(q, len(a)) for b in bs for q, a in zip(b["qid"], b["answer_ids"])]  # noqa: E731
+    assert sorted(rows(shuffled)) == sorted(rows(plain)) and rows(shuffled) != rows(plain)
+    # rows move only within their pool of 8 batches
+    assert sorted(rows(shuffled[:8])) == sorted(rows(plain[:8]))
 
 
 def test_pairwise_buckets_keep_a_questions_rows_together():
-    cfg = TrainConfig(model="ggsa", data="d")
+    cfg = TrainConfig(model="ggsa", data="d", batch_size=20, length_buckets=6)
     batcher = Batcher(cfg, "separate", objective="pairwise")
-    stream = [q for b in length_buckets(_batches(600, 20), 6, 20, batcher.length_key, np.random.default_rng(1))
-              for q in b["qid"]]
-    changes = sum(a != b for a, b in zip(stream, stream[1:]))
-    assert changes == len(set(stream)) - 1  # each question's rows form one run
+    stream = [q for b in _pools(_batches(600, 20), 6, cfg, batcher.length_key) for q in b["qid"]]
+    per_pool = [stream[i:i + 120] for i in range(0, 600, 120)]
+    for pool in per_pool:  # each question's rows form one run within a pool
+        assert sum(a != b for a, b in zip(pool, pool[1:])) == len(set(pool)) - 1
+
+
+def test_worker_rows_split_equally_and_pieces_cover_exactly_a_range():
+    assert [worker_rows(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 9)]
+    groups = [("a", 0, 5), ("a", 1, 5), ("b", 0, 7)]
+    assert row_pieces(groups, 0, 17) == [("a", 0, 0, 5), ("a", 1, 0, 5), ("b", 0, 0, 7)]
+    assert row_pieces(groups, 7, 12) == [("a", 1, 2, 5), ("b", 0, 0, 2)]  # starts in the row group holding row 7
+    assert row_pieces(groups, 10, 10) == []
 
 
 def test_steps_count_optimiser_steps_with_accumulation():
