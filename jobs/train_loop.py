@@ -761,6 +761,9 @@ def run(cfg: TrainConfig) -> dict:
             raise FileNotFoundError(f"{cfg.data}: manifest.json has no {split!r} split")
     train_paths, _ = shard_paths(os.path.abspath(cfg.data), "train")
     train_groups = row_groups(train_paths)
+    train_rows = sum(rows for *_, rows in train_groups)
+    if train_rows // cfg.num_workers == 0:
+        raise ValueError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers")
     datasets = {"dev": read_shards(cfg.data, "dev")}
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
     vectors = embeddings_path(cfg)
@@ -778,7 +781,7 @@ def run(cfg: TrainConfig) -> dict:
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
                            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
-                           "train_row_groups": train_groups, "train_rows": sum(rows for *_, rows in train_groups),
+                           "train_row_groups": train_groups, "train_rows": train_rows,
                            "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
