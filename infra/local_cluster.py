@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 DEFAULT_TEMP_DIR = "/tmp/qa-local-cluster"  # short: Ray's Unix socket paths live under it
 
@@ -39,6 +38,8 @@ def _ray() -> str:
 def _env() -> dict:
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
+    # A submitted job's `python` is found on the head's PATH: make it this environment's, which has the project.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     # What jobs/ray_env.py gives a private local Ray: memory allocators that return memory, one spill worker.
     env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     env.setdefault("MALLOC_ARENA_MAX", "2")
@@ -90,16 +91,21 @@ def _wait_for_nodes(gcs_address: str, nodes: int, timeout: float = 120) -> list[
     raise SystemExit(f"only {len(alive)} of {nodes} nodes came up within {timeout:.0f} s")
 
 
-def _wait_for_job_server(url: str, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
+def _wait_for_job_server(url: str, timeout: float = 180) -> str:
+    """Wait until the job server runs jobs: it answers HTTP before the head's dashboard agent, which runs job
+    drivers, has registered, and submissions meanwhile fail with "No available agent". A no-op job proves it."""
+    env = dict(_env(), RAY_ADDRESS=url)
+    deadline, last = time.time() + timeout, ""
     while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/api/version", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise SystemExit(f"the job server at {url} did not answer within {timeout:.0f} s")
+        submission = f"local-cluster-ready-{int(time.time())}"
+        result = subprocess.run([_ray(), "job", "submit", "--submission-id", submission, "--", "true"], env=env,
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode == 0:
+            return submission
+        last = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
+        last = last[0]
+        time.sleep(2)
+    raise SystemExit(f"the job server at {url} ran no job within {timeout:.0f} s: {last}")
 
 
 def up(args) -> dict:
@@ -116,8 +122,8 @@ def up(args) -> dict:
               f"--object-store-memory={args.object_store_mb << 20}", "--disable-usage-stats"])
     nodes = _wait_for_nodes(gcs, args.nodes + 1)
     url = f"http://127.0.0.1:{args.dashboard_port}"
-    _wait_for_job_server(url)
-    state = {"gcs_address": gcs, "dashboard": url, "temp_dir": args.temp_dir, "nodes": nodes,
+    ready = _wait_for_job_server(url)
+    state = {"gcs_address": gcs, "dashboard": url, "temp_dir": args.temp_dir, "nodes": nodes, "ready_job": ready,
              "submit": f"RAY_AUTH_MODE=disabled RAY_ADDRESS={url} ray job submit --working-dir . -- python jobs/..."}
     with open(_state_file(args.temp_dir), "w") as f:
         json.dump(state, f, indent=2)
