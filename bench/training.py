@@ -113,9 +113,9 @@ def ray_run(cfg, workers: int, storage: str) -> dict:
 
 
 def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]:
-    """Share of padded positions in one epoch of a single worker's train batches, as GSAMN reads them (question <sep> answer,
-    capped at 256) and as the siamese models read the longer of question and answer, without length buckets and
-    with --length-buckets N: what bucketing saves before any model runs."""
+    """Share of padded positions in one epoch of a single worker's train batches, as GSAMN reads them (question
+    <sep> answer, capped at 256) and as the siamese models read the longer of question and answer, without
+    length buckets and with --length-buckets N: what bucketing saves before any model runs."""
     import numpy as np
 
     from jobs.train_loop import Batcher, TrainConfig, _lengths

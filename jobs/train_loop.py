@@ -8,8 +8,8 @@ of train from an exact position (jobs/train_rows.py), in batches fixed by the da
 draw is seeded by position (`seed_micro_batch`), so a run restarted from a checkpoint, after a lost worker or
 node, reads on from where it was, without re-reading what it had consumed, and ends with the weights of an
 uninterrupted one. Ray Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by
-running again with the same storage path and name (Ray Train V2 finds the latest checkpoint). Scalars go to TensorBoard event files and the curves to a
-PNG in the run folder.
+running again with the same storage path and name (Ray Train V2 finds the latest checkpoint). Scalars go to
+TensorBoard event files and the curves to a PNG in the run folder.
 """
 from __future__ import annotations
 

@@ -175,7 +175,8 @@ def epoch_batches(groups, start: int, stop: int, cfg, epoch: int, rank: int, len
                   group: str | None = None):
     """(index, numpy batch) of an epoch over rows [start, stop) of `groups`, from micro-batch `skip` on: the row
     groups in the epoch's order (`epoch_pieces`), then pools of `pool_batches(cfg)` batches through `cut_pool`
-    (length-bucketed when --length-buckets is above 1; `group` rows kept together). Reading starts at the pool holding batch `skip`."""
+    (length-bucketed when --length-buckets is above 1; `group` rows kept together). Reading starts at the pool
+    holding batch `skip`."""
     per_pool = pool_batches(cfg)
     first_pool = skip // per_pool
     pieces = drop_rows(epoch_pieces(groups, start, stop, cfg.seed, epoch, rank), first_pool * per_pool * cfg.batch_size)
