@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +46,15 @@ def _env() -> dict:
     env.setdefault("MALLOC_ARENA_MAX", "2")
     env.setdefault("RAY_max_io_workers", "1")
     return env
+
+
+def _free_port() -> int:
+    """A port nothing listens on now. Ray's fixed defaults (the dashboard agent's 52365, the client server's
+    10001) are taken by any other Ray on the machine, even a plain `ray.init()`, and a head whose agent cannot
+    bind never runs a submitted job."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _state_file(temp_dir: str) -> str:
@@ -115,11 +125,13 @@ def up(args) -> dict:
     ray = _ray()
     _run([ray, "start", "--head", f"--port={args.port}", f"--num-cpus={args.head_cpus}",
           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={args.dashboard_port}",
+          f"--dashboard-agent-listen-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
           f"--temp-dir={args.temp_dir}", "--disable-usage-stats"])
     gcs = f"127.0.0.1:{args.port}"
     for _ in range(args.nodes):
         _run([ray, "start", f"--address={gcs}", f"--num-cpus={args.cpus_per_node}",
-              f"--object-store-memory={args.object_store_mb << 20}", "--disable-usage-stats"])
+              f"--object-store-memory={args.object_store_mb << 20}", f"--dashboard-agent-listen-port={_free_port()}",
+              "--disable-usage-stats"])
     nodes = _wait_for_nodes(gcs, args.nodes + 1)
     url = f"http://127.0.0.1:{args.dashboard_port}"
     ready = _wait_for_job_server(url)

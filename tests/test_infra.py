@@ -201,9 +201,10 @@ def test_the_image_pins_the_projects_torch_and_builds_both_variants():
 
 
 @pytest.mark.slow
-def test_the_local_launcher_serves_ray_job_submit_end_to_end(tmp_path):
+def test_the_local_launcher_serves_ray_job_submit_end_to_end(tmp_path, ray_local):
     """`infra/local_cluster.py up` (a head and two worker nodes), a job submitted with `ray job submit` that joins
-    the cluster and runs tasks on both workers, its status and logs, then `down` leaving no process behind."""
+    the cluster and runs tasks on both workers, its status and logs, then `down` leaving no process behind; all
+    beside another Ray on the machine (the tests' own), which holds Ray's default ports and must keep running."""
     launcher = [sys.executable, os.path.join(INFRA, "local_cluster.py")]
     temp_dir = f"/tmp/qa-lc-{os.getpid()}"
     common = ["--temp-dir", temp_dir, "--port", "6391", "--dashboard-port", "8291"]
@@ -242,3 +243,4 @@ def test_the_local_launcher_serves_ray_job_submit_end_to_end(tmp_path):
         down = subprocess.run(launcher + ["down"] + common, capture_output=True, text=True, timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert down.returncode == 0 and json.loads(down.stdout)["stopped"], down.stdout + down.stderr
+    assert ray_local.cluster_resources()["CPU"] == 2  # the other Ray is untouched
