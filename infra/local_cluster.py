@@ -173,7 +173,8 @@ def down(args) -> dict:
 
     address_file = get_ray_address_file(None)
     try:
-        state = json.load(open(_state_file(args.temp_dir)))
+        with open(_state_file(args.temp_dir)) as f:
+            state = json.load(f)
         with open(address_file) as f:
             if f.read().strip().endswith(":" + state["gcs_address"].rsplit(":", 1)[1]):
                 os.remove(address_file)

@@ -102,12 +102,13 @@ def _pieces_datasource():
             return None
 
         def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
-            tasks, current = [], []
+            tasks, current, rows = [], [], 0
             for piece in self.pieces:
                 current.append(piece)
-                if sum(high - low for _, _, low, high in current) >= self.rows_per_task:
+                rows += piece[3] - piece[2]
+                if rows >= self.rows_per_task:
                     tasks.append(current)
-                    current = []
+                    current, rows = [], 0
             if current:
                 tasks.append(current)
             return [ReadTask(functools.partial(_read_pieces, task),
