@@ -27,7 +27,6 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
@@ -149,19 +148,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def forget_cluster_address(address: str) -> None:
-    """Remove the address `Cluster` recorded in Ray's temp dir for later `ray.init()` calls to join, so a
-    plain `ray.init()` after this benchmark starts a new instance instead of failing to reach a dead one."""
-    from ray._private.utils import get_ray_address_file
-
-    path = get_ray_address_file(None)
-    with contextlib.suppress(OSError):
-        with open(path) as f:
-            recorded = f.read().strip()
-        if recorded == address:
-            os.remove(path)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     failures = [f for f in args.failures.split(",") if f]
@@ -172,7 +158,7 @@ def main(argv=None) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    from jobs.ray_env import LOCAL_RAY_ENV
+    from jobs.ray_env import LOCAL_RAY_ENV, forget_recorded_cluster
     from jobs.train_loop import TrainConfig, run
 
     for name, value in LOCAL_RAY_ENV.items():
@@ -212,7 +198,7 @@ def main(argv=None) -> int:
     finally:
         ray.shutdown()
         cluster.shutdown()
-        forget_cluster_address(cluster.address)
+        forget_recorded_cluster(cluster.address)
     write_result(results, args.json)
     return 0
 

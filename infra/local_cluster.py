@@ -18,6 +18,7 @@ server listens on 127.0.0.1 only. Submit with the same setting:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -169,19 +170,12 @@ def down(args) -> dict:
         if not pids:
             break
     # ray start records the head's address for later `ray.init()` calls to join; a stale one misleads them.
-    from ray._private.utils import get_ray_address_file
+    from jobs.ray_env import forget_recorded_cluster
 
-    address_file = get_ray_address_file(None)
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError):
         with open(_state_file(args.temp_dir)) as f:
-            state = json.load(f)
-        with open(address_file) as f:
-            if f.read().strip().endswith(":" + state["gcs_address"].rsplit(":", 1)[1]):
-                os.remove(address_file)
-    except (OSError, ValueError, KeyError):
-        pass
-    with_state = os.path.exists(_state_file(args.temp_dir))
-    if with_state:
+            forget_recorded_cluster(json.load(f)["gcs_address"])
+    with contextlib.suppress(FileNotFoundError):
         os.remove(_state_file(args.temp_dir))
     return {"stopped": not pids, "left_running": pids}
 

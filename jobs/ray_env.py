@@ -47,6 +47,21 @@ def init_local_ray(**kwargs) -> None:
     ray.init(address="local", **kwargs)
 
 
+def forget_recorded_cluster(gcs_address: str) -> None:
+    """Remove /tmp/ray/ray_current_cluster (Ray's temp dir) if it records the cluster at `gcs_address`: `ray start
+    --head` and `ray.cluster_utils.Cluster` write it and leave it behind, and a later plain `ray.init()` would try
+    to join the dead cluster. Matched by port, since the record names the node's IP where callers may know the
+    cluster as 127.0.0.1; another cluster's record is left alone."""
+    from ray._private.utils import get_ray_address_file
+
+    path = get_ray_address_file(None)
+    with contextlib.suppress(OSError):
+        with open(path) as f:
+            recorded = f.read().strip()
+        if recorded.rsplit(":", 1)[-1] == gcs_address.rsplit(":", 1)[-1]:
+            os.remove(path)
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, quiet: bool = True):
     import ray

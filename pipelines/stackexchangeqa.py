@@ -584,7 +584,10 @@ def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
     first, then its negatives, each by answer id: the same rows in the same order on every run."""
     if batch.num_rows == 0:
         return batch
-    keys = pa.array([stable_unit(seed, qid) for qid in batch.column("qid").to_pylist()], pa.float64())
+    qids = batch.column("qid")
+    questions = pc.unique(qids)  # a question has many pairs: hash each once
+    units = pa.array([stable_unit(seed, qid) for qid in questions.to_pylist()], pa.float64())
+    keys = pc.take(units, pc.index_in(qids, value_set=questions))
     order = pc.sort_indices(pa.table({"key": keys, "qid": batch["qid"], "label": batch["label"], "aid": batch["aid"]}),
                             sort_keys=[("key", "ascending"), ("qid", "ascending"), ("label", "descending"),
                                        ("aid", "ascending")])
