@@ -113,8 +113,7 @@ def _wait_for_job_server(url: str, timeout: float = 180) -> str:
                                 capture_output=True, text=True, timeout=120)
         if result.returncode == 0:
             return submission
-        last = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
-        last = last[0]
+        last = ((result.stderr or result.stdout).strip().splitlines() or [""])[-1]
         time.sleep(2)
     raise SystemExit(f"the job server at {url} ran no job within {timeout:.0f} s: {last}")
 
