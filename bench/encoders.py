@@ -221,14 +221,27 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one length per family (L = 1000, 400, 4096), one repeat")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per case")
     p.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3; 1 with --quick)")
+    p.add_argument("--lengths", action="append", default=[], metavar="FAMILY=L1,L2,...",
+                   help="sequence lengths of one family (ggsa, ctrn, forget-mult, dynsan) in place of its defaults; "
+                        "repeatable (bench/results.py plots time and memory against these)")
+    p.add_argument("--families", default="ggsa,ctrn,forget-mult,dynsan", help="families to run, comma-separated")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     lengths = QUICK if args.quick else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "forget-mult": CTRN_LENGTHS,
                                         "dynsan": DYNSAN_LENGTHS}
+    lengths = dict(lengths)
+    for option in args.lengths:
+        family, _, values = option.partition("=")
+        if family not in BUILDERS or not values:
+            p.error(f"--lengths {option!r}: expected FAMILY=L1,L2 with FAMILY one of {sorted(BUILDERS)}")
+        lengths[family] = tuple(int(v) for v in values.split(","))
+    families = [f for f in args.families.split(",") if f]
+    if set(families) - set(BUILDERS):
+        p.error(f"--families: unknown {sorted(set(families) - set(BUILDERS))}; one of {sorted(BUILDERS)}")
     started = time.time()
     cases = []
-    for family in ("ggsa", "ctrn", "forget-mult", "dynsan"):
+    for family in families:
         for length in lengths[family]:
             for variant in VARIANTS[family]:
                 if args.quick and variant == "bilstm":

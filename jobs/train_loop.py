@@ -208,6 +208,8 @@ def build_model(cfg: TrainConfig, vocab_size: int, vectors: np.ndarray | None = 
 def resolve_checkpoint(path: str, which: str = "best") -> str:
     """A checkpoint folder: `path` itself (it holds state.pt, or is a URI), or the best or latest checkpoint of
     the run folder `path` (STORAGE/NAME of jobs/train.py)."""
+    if "://" not in path:  # Ray Train reads a run folder as a URI, and a relative path is not one
+        path = os.path.abspath(path)
     if "://" in path or os.path.exists(os.path.join(path, STATE_FILE)):
         return path
     if not os.path.exists(os.path.join(path, "checkpoint_manager_snapshot.json")):

@@ -59,6 +59,14 @@ class DynSANConfig:
     gate_l1: float = 1e-5  # beta
     select: bool = True  # False: attention over every token (the reference DynSA is tested against)
     sdpa: bool = False  # eq. 2 through torch's fused scaled_dot_product_attention
+    # Table 3's ablations, all on by default: (b) self_attention=False drops eq. 2 (A_h = 0, context from the
+    # convolutions only); (c) convolutions=False drops the local encoder; (d) selection="random" picks the K
+    # tokens at random instead of by the gate; (e) with gate=False as well, Z_h = F_h + Pad(A_h) ungated; (f) is
+    # gate_l1=0; (a) is cross_blocks=0. Random picks are drawn from torch's generator (seeded per batch in training)
+    self_attention: bool = True
+    convolutions: bool = True
+    selection: str = "gate"  # "gate" (the paper) or "random"
+    gate: bool = True
     freeze_embeddings: bool = True
     pad_id: int = 0
 
@@ -85,17 +93,21 @@ class DepthwiseSeparableConv(nn.Module):
 
 class DynSABlock(nn.Module):
     def __init__(self, dim: int, heads: int, top_k: int, kernel: int, dropout: float = 0.0, select: bool = True,
-                 sdpa: bool = False):
+                 sdpa: bool = False, self_attention: bool = True, convolutions: bool = True, selection: str = "gate",
+                 gate: bool = True):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim {dim} is not a multiple of heads {heads}")
+        if selection not in ("gate", "random"):
+            raise ValueError(f"selection must be 'gate' or 'random', got {selection!r}")
         self.dim, self.heads, self.top_k, self.select = dim, heads, top_k, select
         self.sdpa = sdpa  # torch's fused scaled_dot_product_attention for eq. 2
-        self.local = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(2))
+        self.selection, self.gated = selection, gate
+        self.local = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(2 if convolutions else 0))
         self.hidden = nn.Linear(dim, dim)  # F^U (with a ReLU)
         self.gate = nn.Linear(dim, heads)  # F^G
         self.transform = nn.Linear(dim, dim)  # F^H for all heads
-        self.qkv = nn.Linear(dim, 3 * dim)
+        self.qkv = nn.Linear(dim, 3 * dim) if self_attention else None  # none: no unused parameters under DDP
         self.out = nn.Linear(dim, dim)  # F^Y
         self.dropout = nn.Dropout(dropout)
 
@@ -109,9 +121,15 @@ class DynSABlock(nn.Module):
         hidden = torch.relu(self.hidden(u))  # (B, L, D)
         gates = torch.sigmoid(self.gate(hidden)).transpose(1, 2) * mask[:, None, :].to(u.dtype)  # G: (B, H, L)
         f = self.transform(hidden).view(batch, length, self.heads, d).transpose(1, 2)  # F_h: (B, H, L, d)
+        if self.qkv is None:  # (b): A_h = 0, the context comes from the convolutions alone
+            z = f * self._scale(gates)[..., None] if self.gated else f  # (B, H, L, d)
+            y = self.out(self.dropout(z.transpose(1, 2).reshape(batch, length, self.dim))) + u
+            return y * mask[..., None].to(y.dtype), gates.sum((1, 2))
         qkv = self.qkv(u).view(batch, length, 3, self.heads, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, d)
         if self.select and self.top_k < length:
-            chosen = gates.masked_fill(~mask[:, None, :], -1.0).topk(self.top_k, dim=-1).indices  # (B, H, K)
+            # (d): by a random score instead of the gate, real tokens still before padding
+            score = gates if self.selection == "gate" else torch.rand_like(gates) * mask[:, None, :].to(u.dtype)
+            chosen = score.masked_fill(~mask[:, None, :], -1.0).topk(self.top_k, dim=-1).indices  # (B, H, K)
             index = chosen[..., None].expand(-1, -1, -1, d)  # (B, H, K, d)
             q, k, v = (t.gather(2, index) for t in qkv)  # each (B, H, K, d): U_h's projections
             keys = mask[:, None, :].expand(-1, self.heads, -1).gather(2, chosen)  # (B, H, K)
@@ -127,10 +145,13 @@ class DynSABlock(nn.Module):
             attended = self.dropout(weights) @ v  # A_h: (B, H, K, d)
         if self.select and self.top_k < length:
             attended = torch.zeros_like(f).scatter(2, index, attended)  # Pad(A_h): (B, H, L, d)
-        scale = gates / gates.amax(-1, keepdim=True).clamp_min(1e-9)  # g_h / max(g_h): (B, H, L)
-        z = (f + attended) * scale[..., None]  # eq. 3: (B, H, L, d)
+        z = (f + attended) * self._scale(gates)[..., None] if self.gated else f + attended  # eq. 3: (B, H, L, d)
         y = self.out(self.dropout(z.transpose(1, 2).reshape(batch, length, self.dim))) + u  # eq. 5
         return y * mask[..., None].to(y.dtype), gates.sum((1, 2))
+
+    @staticmethod
+    def _scale(gates: torch.Tensor) -> torch.Tensor:
+        return gates / gates.amax(-1, keepdim=True).clamp_min(1e-9)  # g_h / max(g_h): (B, H, L)
 
 
 class CharCNN(nn.Module):
@@ -223,7 +244,7 @@ class DynSAN(nn.Module):
 
         def block():
             return DynSABlock(config.dim, config.heads, config.top_k, config.kernel, config.dropout, config.select,
-                              config.sdpa)
+                              config.sdpa, config.self_attention, config.convolutions, config.selection, config.gate)
 
         self.encode_block = block()  # question and passages, shared
         self.alignment = TrilinearAlignment(config.dim)

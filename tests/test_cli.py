@@ -14,6 +14,7 @@ CONTRACTS = {
     "train.py": ["--model", "--data", "--storage-path", "--name", "--max-steps", "--checkpoint-every",
                  "--num-workers", "--seed"],
     "evaluate.py": ["--checkpoint", "--data", "--split", "--output"],
+    "zero_shot.py": ["--data", "--encoder-path", "--split", "--output"],
 }
 
 

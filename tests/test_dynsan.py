@@ -172,3 +172,32 @@ def test_the_fused_attention_path_equals_the_textbook_one(select):
     x, mask = torch.randn(2, 11, 8), torch.ones(2, 11, dtype=torch.bool)
     mask[1, 3:] = False
     torch.testing.assert_close(fused(x, mask)[0], textbook(x, mask)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_table_3_ablations_change_what_they_say_and_train():
+    """Each of Table 3's switches builds, runs forward and backward, and changes the block's output; (b) has no
+    attention parameters; (d) random selection differs from the gate's choice only when K < L."""
+    torch.manual_seed(0)
+    x, mask = torch.randn(2, 12, 8), torch.ones(2, 12, dtype=torch.bool)
+    full = DynSABlock(dim=8, heads=2, top_k=4, kernel=3).eval()
+    variants = {"no_attention": dict(self_attention=False), "no_convolutions": dict(convolutions=False),
+                "random": dict(selection="random"), "random_ungated": dict(selection="random", gate=False)}
+    for name, options in variants.items():
+        block = DynSABlock(dim=8, heads=2, top_k=4, kernel=3, **options).eval()
+        block.load_state_dict(full.state_dict(), strict=False)
+        y, gate_l1 = block(x, mask)
+        assert not torch.allclose(y, full(x, mask)[0]), name
+        (y.sum() + gate_l1.sum()).backward()
+        assert all(p.grad is not None for p in block.parameters()), name
+    assert DynSABlock(dim=8, heads=2, top_k=4, kernel=3, self_attention=False).qkv is None
+    covering_random = DynSABlock(dim=8, heads=2, top_k=12, kernel=3, selection="random").eval()
+    covering_gate = DynSABlock(dim=8, heads=2, top_k=12, kernel=3).eval()
+    covering_random.load_state_dict(full.state_dict())
+    covering_gate.load_state_dict(full.state_dict())
+    torch.testing.assert_close(covering_random(x, mask)[0], covering_gate(x, mask)[0])
+    with pytest.raises(ValueError, match="selection"):
+        DynSABlock(dim=8, heads=2, top_k=4, kernel=3, selection="best")
+    config = DynSANConfig.tiny()
+    for options in variants.values():
+        model = DynSAN(DynSANConfig(**{**config.__dict__, **options}))
+        assert model.encode_block.gated == options.get("gate", True)

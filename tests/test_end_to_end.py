@@ -361,6 +361,12 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(lines) == len({r["qid"] for r in lines}) > 10
     assert evaluate_main(["--checkpoint", str(tmp_path), "--data", data]) == 2  # not a run: a clear error
+    # a run folder named relative to the working directory (Ray Train reads run folders as URIs)
+    from jobs.train_loop import resolve_checkpoint
+
+    relative = os.path.relpath(run_dir)
+    assert not os.path.isabs(relative)
+    assert resolve_checkpoint(relative) == resolve_checkpoint(str(run_dir)) == best["checkpoint"]
 
 
 def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenised, shared_data, tmp_path, ray_local):

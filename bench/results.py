@@ -1,0 +1,822 @@
+"""Reproduce the papers where the data is here, and write the report: docs/results.md with its plots.
+
+    python bench/results.py [--out out/results] [--report docs/results.md] [--seeds 0,1,2] [--lanes 2]
+        [--only PATTERN] [--skip-efficiency] [--report-only] [--dry-run]
+
+Every figure in the report comes from a command this script ran and records beside it: the data preparation
+(jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
+(`ROWS`) and each seed `python jobs/train.py ...` and `python jobs/evaluate.py ...` on the row's test split (or
+`python jobs/zero_shot.py ...` for the zero-shot bi-encoder), and `python bench/encoders.py` for the efficiency
+plots. The commands run as they are written, as subprocesses, joined to one local Ray instance that this script
+starts (RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
+start-up. Each run's record (commands, seed, resolved configuration, dev and test metrics, the sha256 of the
+checkpoint it scored, seconds) is appended to OUT/runs.json as it finishes, so a crashed or interrupted report
+resumes where it stopped; --report-only rewrites the report from that file.
+
+The plan is sized for this project's CI machine (2 cores, no GPU): the whole report in under an hour, each row
+with the fewest steps that still learn, and three seeds. Rows say which need a GPU to match the paper's scale.
+The papers' figures are quoted in `ROWS` with their table; missing data sets are listed in `MISSING`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard library's tokenize
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import argparse  # noqa: E402
+import concurrent.futures  # noqa: E402
+import datetime  # noqa: E402
+import fnmatch  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("QA_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
+SEEDS = (0, 1, 2)
+
+
+def _log(message: str) -> None:
+    print(f"[results] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ the data
+@dataclass
+class DataStep:
+    """One preparation command; `done` is the file that exists once it has succeeded (each job writes its output
+    atomically, so a folder's manifest appears last)."""
+    key: str
+    argv: list[str]
+    done: str
+
+
+def data_steps(out: str) -> list[DataStep]:
+    d, s = os.path.join(out, "data"), SHARED_DATA
+    # each tokenised folder is named by its step's key: rows name their data by it
+    wikiqa, trecqa, seqa_raw, seqa, squad = (os.path.join(d, n) for n in ("wikiqa", "trecqa", "seqa-build", "seqa",
+                                                                          "squad"))
+    squad_input = os.path.join(d, "squad-input")  # links: train and dev files named as the SQuAD reader wants
+    return [
+        DataStep("wikiqa", ["jobs/tokenize_corpora.py", "--dataset", "wikiqa", "--input", f"{s}/wikiqa",
+                            "--output", wikiqa], f"{wikiqa}/manifest.json"),
+        DataStep("wikiqa-vectors", ["jobs/word_vectors.py", "--data", wikiqa, "--dim", "300", "--epochs", "10"],
+                 f"{wikiqa}/embeddings.npy"),
+        DataStep("trecqa", ["jobs/tokenize_corpora.py", "--dataset", "trecqa", "--input", f"{s}/trecqa/jacana_xml",
+                            "--output", trecqa], f"{trecqa}/manifest.json"),
+        DataStep("trecqa-vectors", ["jobs/word_vectors.py", "--data", trecqa, "--dim", "300", "--epochs", "10"],
+                 f"{trecqa}/embeddings.npy"),
+        DataStep("seqa-build", ["jobs/build_stackexchangeqa.py", "--dump",
+                                f"{s}/stackexchange_dump_beer/Posts.xml.gz", "--output", seqa_raw, "--negatives", "4",
+                                "--exclude-overlap", f"wikiqa={s}/wikiqa"], f"{seqa_raw}/stats.json"),
+        DataStep("seqa", ["jobs/tokenize_corpora.py", "--dataset", "stackexchangeqa", "--input", seqa_raw,
+                          "--output", seqa], f"{seqa}/manifest.json"),
+        DataStep("squad", ["jobs/tokenize_corpora.py", "--dataset", "squad", "--input", squad_input, "--output", squad],
+                 f"{squad}/manifest.json"),
+        DataStep("squad-vectors", ["jobs/word_vectors.py", "--data", squad, "--dim", "300", "--epochs", "5"],
+                 f"{squad}/embeddings.npy"),
+    ]
+
+
+def link_squad(out: str) -> None:
+    """SQuAD's train set is not here; the official dev set is, as two halves split by article. Train on one half
+    (24 articles, 5,609 questions) and evaluate on the first article of the other (Super_Bowl_50, 810 questions):
+    no article is in both."""
+    folder = os.path.join(out, "data", "squad-input")
+    os.makedirs(folder, exist_ok=True)
+    for name, source in (("train-v1.1.json.gz", "dev-v1.1.du-split-test-half.json.gz"),
+                         ("dev-v1.1.json", "dev-v1.1.first1article.json")):
+        link = os.path.join(folder, name)
+        if not os.path.islink(link):
+            os.symlink(os.path.join(SHARED_DATA, "squad_sample", source), link)
+
+
+# ------------------------------------------------------------------------------------------------- the plan
+@dataclass
+class Row:
+    """One line of the report: a model on a data set, trained and evaluated once per seed."""
+    id: str
+    section: str
+    label: str
+    data: str  # a DataStep key
+    model: str | None  # None: the zero-shot bi-encoder
+    options: list[str] = field(default_factory=list)
+    paper: dict = field(default_factory=dict)  # metric -> the paper's figure
+    source: str = ""  # where the paper's figure is
+    gpu: str = ""  # what the paper's scale needs, where this machine's budget falls short
+    init_from: str | None = None  # a row id whose seed-0 run this row fine-tunes
+    seeds: tuple = SEEDS
+    split: str = "test"
+
+
+MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", "16", "--max-steps", "60",
+          "--length-buckets", "8"]
+WORDS = ["--length-buckets", "8", "--epochs", "1"]
+# DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
+# blocks and 50 character filters keep each run near two minutes. K scales with the context: the paper's K = 256
+# is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so K = 32 (with K >= L
+# nothing is selected, and ablation (d) would change nothing).
+DYNSAN = ["--batch-size", "16", "--max-steps", "80", "--length-buckets", "8", "--model-option", "dim=64",
+          "--model-option", "heads=4", "--model-option", "cross_blocks=2", "--model-option", "char_filters=50",
+          "--model-option", "top_k=32"]
+GPU_MINILM = ("BERT-base (110M) for 3 epochs of all 8,627 pairs, and transfer from 10.5M StackExchangeQA pairs: about "
+              "a GPU-day; here MiniLM-L6 (22M) sees 960 pairs")
+GPU_WORDS = "GloVe 840B vectors and 10-25 epochs (minutes on one GPU); here fastText trained on the set itself, 1 epoch"
+
+GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
+IARNN_T2, IARNN_T4 = "IARNN Table 2", "IARNN Table 4 (clean, small TRAIN)"
+ROWS = [
+    # WikiQA: the practitioner's alternatives, then GSAMN's Table 2 with MiniLM in BERT's place
+    Row("wikiqa/minilm-zero-shot", "wikiqa", "MiniLM bi-encoder, zero-shot (cosine)", "wikiqa", None, seeds=(0,)),
+    Row("wikiqa/minilm-cross-encoder", "wikiqa", "MiniLM cross-encoder, fine-tuned ([BERT] of Table 2)", "wikiqa",
+        "bert", MINILM, {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT", GPU_MINILM),
+    Row("wikiqa/minilm-transformers", "wikiqa", "MiniLM + 2 Transformer layers", "wikiqa", "bert-transformer", MINILM,
+        {"map": 0.813, "mrr": 0.828}, GSAMN_T2 + ": BERT + Transformers", GPU_MINILM),
+    Row("wikiqa/minilm-gsamn", "wikiqa", "MiniLM + GSAMN", "wikiqa", "gsamn", MINILM,
+        {"map": 0.821, "mrr": 0.832}, GSAMN_T2 + ": BERT + GSAMN", GPU_MINILM),
+    Row("seqa/minilm-gsamn-pretrain", "pretrain", "MiniLM + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
+        "gsamn", ["--encoder-path", "minilm", "--max-len", "96", "--batch-size", "16", "--max-steps", "100",
+                  "--length-buckets", "8"], seeds=(0,), split="test"),
+    Row("wikiqa/minilm-gsamn-transfer", "wikiqa", "MiniLM + GSAMN + transfer from StackExchangeQA", "wikiqa", "gsamn",
+        MINILM, {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
+        GPU_MINILM + "; pretraining on all of Stack Exchange (10.5M pairs) against one 4k-pair site here",
+        init_from="seqa/minilm-gsamn-pretrain"),
+    # WikiQA with word vectors: the other papers' encoders
+    Row("wikiqa/ggsa", "wikiqa", "GGSA (max-pooling, pairwise)", "wikiqa", "ggsa", WORDS, gpu=GPU_WORDS),
+    Row("wikiqa/iggsa", "wikiqa", "iGGSA (max-pooling, pairwise)", "wikiqa", "iggsa", WORDS, gpu=GPU_WORDS),
+    Row("wikiqa/ctrn", "wikiqa", "CTRN", "wikiqa", "ctrn", WORDS, gpu=GPU_WORDS),
+    Row("wikiqa/iarnn-word", "wikiqa", "IARNN-word", "wikiqa", "iarnn-word", WORDS,
+        {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, GPU_WORDS),
+    Row("wikiqa/iarnn-occam-word", "wikiqa", "IARNN-Occam (word)", "wikiqa", "iarnn-occam-word", WORDS,
+        {"map": 0.7121, "mrr": 0.7318}, IARNN_T2, GPU_WORDS),
+    Row("wikiqa/iarnn-context", "wikiqa", "IARNN-context", "wikiqa", "iarnn-context", WORDS,
+        {"map": 0.7182, "mrr": 0.7339}, IARNN_T2, GPU_WORDS),
+    Row("wikiqa/iarnn-occam-context", "wikiqa", "IARNN-Occam (context)", "wikiqa", "iarnn-occam-context", WORDS,
+        {"map": 0.7341, "mrr": 0.7418}, IARNN_T2, GPU_WORDS),
+    Row("wikiqa/iarnn-gate", "wikiqa", "IARNN-gate", "wikiqa", "iarnn-gate", WORDS,
+        {"map": 0.7258, "mrr": 0.7394}, IARNN_T2, GPU_WORDS),
+    # TrecQA: TRAIN (94 questions), clean dev/test
+    Row("trecqa/ctrn", "trecqa", "CTRN", "trecqa", "ctrn", ["--length-buckets", "8", "--epochs", "1"],
+        {"map": 0.7582, "mrr": 0.8233}, "CTRN Table 6 (TRAIN)", GPU_WORDS),
+    Row("trecqa/qrnn", "trecqa", "QRNN (CTRN without crossing)", "trecqa", "qrnn",
+        ["--length-buckets", "8", "--epochs", "1"], {"map": 0.7000, "mrr": 0.7859}, "CTRN Table 6 (TRAIN)", GPU_WORDS),
+    *[Row(f"trecqa/{m}", "trecqa", label, "trecqa", m, ["--length-buckets", "8", "--epochs", "1",
+                                                         "--model-option", "hidden=80", "--model-option", "margin=0.1"],
+          paper, IARNN_T4, GPU_WORDS)
+      for m, label, paper in (("iarnn-word", "IARNN-word", {"map": 0.7098, "mrr": 0.7757}),
+                              ("iarnn-occam-word", "IARNN-Occam (word)", {"map": 0.7162, "mrr": 0.7916}),
+                              ("iarnn-context", "IARNN-context", {"map": 0.7232, "mrr": 0.8069}),
+                              ("iarnn-occam-context", "IARNN-Occam (context)", {"map": 0.7272, "mrr": 0.8191}),
+                              ("iarnn-gate", "IARNN-gate", {"map": 0.7369, "mrr": 0.8208}))],
+    # Reading comprehension: DynSAN on SQuAD-style data, and Table 3's ablations that the data allows
+    *[Row(f"squad/dynsan{suffix}", "squad", label, "squad", "dynsan", DYNSAN + options, paper, source,
+          "the paper's SearchQA (140k questions, 50 passages each) at full width for many epochs on a GPU; here "
+          "1,280 single-paragraph questions at half width", split="dev")
+      for suffix, label, options, paper, source in (
+          ("", "DynSAN (full)", [], {"em": 64.2, "f1": 70.3}, "DynSAN Table 3 (SearchQA test)"),
+          ("-no-cross", "(a) - cross-passage attention", ["--model-option", "cross_blocks=0"],
+           {"em": 55.1, "f1": 60.9}, "DynSAN Table 3"),
+          ("-no-attention", "(b) - self-attention", ["--model-option", "self_attention=false"],
+           {"em": 59.5, "f1": 65.6}, "DynSAN Table 3"),
+          ("-no-conv", "(c) - convolutional layers", ["--model-option", "convolutions=false"],
+           {"em": 61.0, "f1": 67.4}, "DynSAN Table 3"),
+          ("-random", "(d) - gated token selection (random K)", ["--model-option", "selection=random"],
+           {"em": 60.5, "f1": 66.6}, "DynSAN Table 3"),
+          ("-beta0", "(f) - regularisation (beta = 0)", ["--model-option", "gate_l1=0"], {"em": 63.7, "f1": 69.8},
+           "DynSAN Table 3"))],
+]
+
+# The papers' claims as differences between two rows: (what, row with the component, row without, metric).
+COMPARISONS = [
+    ("fine-tuning MiniLM against using it zero-shot", "wikiqa/minilm-cross-encoder", "wikiqa/minilm-zero-shot", "map"),
+    ("GSAMN on top of the encoder, against the plain encoder", "wikiqa/minilm-gsamn", "wikiqa/minilm-cross-encoder",
+     "map"),
+    ("GSAMN against two Transformer layers on top", "wikiqa/minilm-gsamn", "wikiqa/minilm-transformers", "map"),
+    ("transfer from StackExchangeQA, for GSAMN", "wikiqa/minilm-gsamn-transfer", "wikiqa/minilm-gsamn", "map"),
+    ("iGGSA's interaction against GGSA", "wikiqa/iggsa", "wikiqa/ggsa", "map"),
+    ("IARNN: context attention against word attention (WikiQA)", "wikiqa/iarnn-context", "wikiqa/iarnn-word", "map"),
+    ("IARNN: Occam's razor on context attention (WikiQA)", "wikiqa/iarnn-occam-context", "wikiqa/iarnn-context",
+     "map"),
+    ("IARNN: gate attention against word attention (TrecQA)", "trecqa/iarnn-gate", "trecqa/iarnn-word", "map"),
+    ("CTRN's temporal crossing against QRNN (TrecQA TRAIN)", "trecqa/ctrn", "trecqa/qrnn", "map"),
+    ("DynSAN: cross-passage blocks (a)", "squad/dynsan", "squad/dynsan-no-cross", "f1"),
+    ("DynSAN: self-attention (b)", "squad/dynsan", "squad/dynsan-no-attention", "f1"),
+    ("DynSAN: convolutions (c)", "squad/dynsan", "squad/dynsan-no-conv", "f1"),
+    ("DynSAN: gated against random token selection (d)", "squad/dynsan", "squad/dynsan-random", "f1"),
+    ("DynSAN: the gate's L1 regulariser (f)", "squad/dynsan", "squad/dynsan-beta0", "f1"),
+]
+
+MISSING = [
+    ("InsuranceQA v1 (GGSA Tables 2-5, IARNN Table 3)", "only the train questions, the dev pools and the vocabulary "
+     "are here: no answer texts (answers.label.token_idx) and no test1/test2 pools, so nothing can be trained or "
+     "scored"),
+    ("YahooQA (GGSA Tables 6-7, CTRN Table 4)", "the Tay et al. splits are not here (their only public file is a "
+     "pickle absent from the store)"),
+    ("SemEval-2016 QatarLiving (CTRN Table 5)", "only train-part1 is here (no official dev or test set); a split of "
+     "it would not be comparable"),
+    ("TrecQA TRAIN-ALL (CTRN Tables 6-7, GSAMN Table 2)", "only TRAIN (94 questions) is here; GSAMN's TrecQA rows "
+     "train on TRAIN-ALL (1,229 questions) and are left out"),
+    ("SearchQA, Quasar-T, WikiHop (DynSAN Tables 1-3)", "8 SearchQA questions, no Quasar-T, 22 WikiHop training "
+     "questions: too few to train on; the ablations run on SQuAD-style data instead (one paragraph per question, so "
+     "(a) removes four DynSA blocks over the paragraph rather than attention across passages)"),
+    ("DynSAN Table 3 (g), (h): Bi-BloSA", "Bi-BloSA is not implemented here"),
+]
+
+
+# ------------------------------------------------------------------------------------------------- commands
+def run_name(row: Row, seed: int) -> str:
+    return f"{row.id.replace('/', '-')}-seed{seed}"
+
+
+def data_folder(out: str, key: str) -> str:
+    return os.path.join(out, "data", key)
+
+
+def commands(row: Row, seed: int, out: str) -> list[list[str]]:
+    """The argv lists (after `python`) that produce this row's figures for one seed."""
+    data = data_folder(out, row.data)
+    predictions = os.path.join(out, "predictions", run_name(row, seed) + ".jsonl")
+    if row.model is None:
+        return [["jobs/zero_shot.py", "--data", data, "--split", row.split, "--encoder-path", "minilm",
+                 "--output", predictions]]
+    runs = os.path.join(out, "runs")
+    train = ["jobs/train.py", "--model", row.model, "--data", data, "--storage-path", runs, "--name",
+             run_name(row, seed), "--seed", str(seed), "--cpus-per-worker", "1", "--log-every", "10", *row.options]
+    if row.init_from:
+        source = next(r for r in ROWS if r.id == row.init_from)
+        train += ["--init-from", os.path.join(runs, run_name(source, source.seeds[0]))]
+    if row.split == "dev":  # the run's own final dev evaluation is the figure: scoring dev again would repeat it
+        return [train]
+    evaluate = ["jobs/evaluate.py", "--checkpoint", os.path.join(runs, run_name(row, seed)), "--data", data,
+                "--split", row.split, "--output", predictions]
+    return [train, evaluate]
+
+
+def shown(argv: list[str]) -> str:
+    return "python " + " ".join(shlex.quote(a) for a in argv)
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+class Ledger:
+    """OUT/runs.json: one record per finished run, rewritten whole (temporary file, then rename) after each."""
+
+    def __init__(self, path: str):
+        self.path, self.lock = path, threading.Lock()
+        self.records = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                self.records = json.load(f)
+
+    def add(self, key: str, record: dict) -> None:
+        with self.lock:
+            self.records[key] = record
+            self._write()
+
+    def remove(self, key: str) -> None:
+        with self.lock:
+            self.records.pop(key, None)
+            self._write()
+
+    def _write(self) -> None:
+        staged = f"{self.path}.partial"
+        with open(staged, "w") as f:
+            json.dump(self.records, f, indent=1)
+        os.replace(staged, self.path)
+
+
+def _run(argv: list[str], env: dict, log) -> str:
+    """Run `python ARGV` from the repository root; return its last stdout line (each job's JSON summary)."""
+    started = time.time()
+    process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
+                             text=True)
+    if process.returncode:
+        raise RuntimeError(f"{shown(argv)} failed with exit code {process.returncode} after "
+                           f"{time.time() - started:.0f} s; see {log.name}")
+    lines = [line for line in process.stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else "{}"
+
+
+def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> dict:
+    key = run_name(row, seed)
+    argvs = commands(row, seed, out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    started = time.time()
+    with open(os.path.join(out, "logs", key + ".log"), "w") as log:
+        summaries = [json.loads(_run(argv, env, log)) for argv in argvs]
+    seconds = time.time() - started
+    record = {"row": row.id, "seed": seed, "commands": [shown(a) for a in argvs], "seconds": round(seconds, 1)}
+    if row.model is None:
+        record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
+    else:
+        train = summaries[0]
+        if len(summaries) == 2:
+            checkpoint, figures = summaries[1]["checkpoint"], summaries[1]["metrics"]
+        else:  # dev rows: the best checkpoint's recorded dev figures (one evaluation, at the last step)
+            checkpoint, figures = (train.get("best") or {}).get("checkpoint") or train["checkpoint"], train["metrics"]
+        with open(os.path.join(checkpoint, "config.json")) as f:
+            config = json.load(f)
+        record.update(split=row.split, test=figures, dev=(train.get("best") or {}),
+                      steps=train.get("steps"), examples_per_s=train.get("examples_per_s"),
+                      checkpoint=os.path.relpath(checkpoint, out),
+                      checkpoint_sha256=file_sha256(os.path.join(checkpoint, "state.pt")),
+                      config=config["train"], model_config=config["model_config"])
+    ledger.add(key, record)
+    metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
+    _log(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
+    return record
+
+
+def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int) -> float:
+    """The data steps that `only` names, not yet done; each data set's steps in order (its vectors need its
+    shards), the data sets `lanes` at a time."""
+    link_squad(out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    chains: dict[str, list[DataStep]] = {}
+    for step in data_steps(out):
+        if step.key in only and not os.path.exists(step.done):
+            chains.setdefault(step.key.split("-")[0], []).append(step)
+
+    def run_chain(steps: list[DataStep]) -> None:
+        for step in steps:
+            _log(f"data {step.key}: {shown(step.argv)}")
+            started = time.time()
+            with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
+                _run(step.argv, env, log)
+            ledger.add(f"data:{step.key}", {"command": shown(step.argv), "seconds": round(time.time() - started, 1)})
+
+    started = time.time()
+    with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
+        for future in [pool.submit(run_chain, steps) for steps in chains.values()]:
+            future.result()
+    return time.time() - started if chains else 0.0
+
+
+def selected_rows(patterns: list[str]) -> list[Row]:
+    if not patterns:
+        return list(ROWS)
+    chosen = [r for r in ROWS if any(fnmatch.fnmatch(r.id, p) for p in patterns)]
+    needed = {r.init_from for r in chosen if r.init_from}
+    return [r for r in ROWS if r in chosen or r.id in needed]
+
+
+def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger) -> float:
+    """Pretraining first, then every other (row, seed) `lanes` at a time, the longest rows first."""
+    import ray
+
+    from jobs.ray_env import init_local_ray
+
+    needed_data = {r.data for r in rows} | {f"{r.data}-vectors" for r in rows}
+    needed_data |= {"seqa-build"} if "seqa" in needed_data else set()
+    init_local_ray(num_cpus=lanes + 1, include_dashboard=False, logging_level="WARNING")
+    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
+    try:
+        data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
+        todo = []
+        for row in rows:
+            for seed in row.seeds if len(row.seeds) == 1 else seeds:
+                key, planned = run_name(row, seed), [shown(a) for a in commands(row, seed, out)]
+                recorded = ledger.records.get(key)
+                if recorded and recorded["commands"] == planned:
+                    continue
+                if recorded:  # the plan changed since: start that run afresh rather than resume the old one
+                    ledger.remove(key)
+                    shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
+                todo.append((row, seed))  # a run cut off before its record resumes from its last checkpoint
+        # what others fine-tune from first, then the slowest rows (MiniLM), the rest by section; a fine-tuning run
+        # waits for its pretraining run, while the other lanes go on
+        todo.sort(key=lambda pair: (not any(o.init_from == pair[0].id for o in rows), pair[0].options != MINILM,
+                                    pair[0].section))
+        failed = schedule(todo, lanes, lambda row, seed: run_row_seed(row, seed, out, env, ledger), ledger)
+        if failed:
+            raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
+                             f"recorded in {ledger.path}, and running again resumes")
+        return data_seconds
+    finally:
+        ray.shutdown()
+
+
+def schedule(todo: list[tuple[Row, int]], lanes: int, run, ledger: Ledger) -> list[str]:
+    """Run every (row, seed) of `todo`, `lanes` at a time in order, each once the run it fine-tunes from (its
+    source row's first seed) is recorded; a failed run is logged and its dependants skipped. Returns the names
+    of the runs that failed or were skipped."""
+    pending, running, failed = list(todo), {}, []
+    total, started = len(todo), time.time()
+    _log(f"{total} runs to do, {lanes} at a time")
+
+    def source_name(row: Row) -> str | None:
+        source = next((r for r in ROWS if r.id == row.init_from), None)
+        return run_name(source, source.seeds[0]) if source else None
+
+    with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
+        while pending or running:
+            for item in list(pending):
+                source = source_name(item[0])
+                if source in failed:
+                    pending.remove(item)
+                    failed.append(run_name(*item))
+                    _log(f"{run_name(*item)}: skipped, its pretraining run {source} failed")
+                elif len(running) < lanes and (source is None or source in ledger.records):
+                    pending.remove(item)
+                    running[pool.submit(run, *item)] = item
+            if not running:  # only runs waiting for a source that is neither running nor recorded
+                failed += [run_name(*item) for item in pending]
+                break
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                item = running.pop(future)
+                try:
+                    future.result()
+                except Exception as error:  # one run's failure costs that run, not the report
+                    failed.append(run_name(*item))
+                    _log(f"{run_name(*item)}: FAILED: {error}")
+            finished = total - len(pending) - len(running)
+            rate = (time.time() - started) / max(finished, 1)
+            _log(f"{finished}/{total} runs, {time.time() - started:.0f} s, ETA {rate * (total - finished):.0f} s")
+    return failed
+
+
+EFFICIENCY = ["bench/encoders.py", "--families", "ggsa,ctrn,dynsan", "--repeats", "2",
+              "--lengths", "ggsa=250,1000,4000", "--lengths", "ctrn=50,200,400",
+              "--lengths", "dynsan=1024,2048,4096,8192"]
+
+
+def run_efficiency(out: str, ledger: Ledger) -> None:
+    path = os.path.join(out, "encoders.json")
+    if os.path.exists(path):
+        return
+    argv = EFFICIENCY + ["--json", path]
+    _log(f"efficiency: {shown(argv)}")
+    started = time.time()
+    with open(os.path.join(out, "logs", "efficiency.log"), "w") as log:
+        _run(argv, dict(os.environ), log)
+    ledger.add("efficiency", {"command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
+                              "seconds": round(time.time() - started, 1)})
+
+
+# -------------------------------------------------------------------------------------------------- report
+def summarise(values: list[float]) -> tuple[float, float | None]:
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def metric_names(row: Row) -> tuple[str, ...]:
+    return ("em", "f1") if row.section == "squad" else ("map", "mrr", "p@1")
+
+
+def row_figures(row: Row, ledger: Ledger) -> dict:
+    """{metric: (mean, std, n)} over the row's recorded seeds, reading-comprehension figures in percent."""
+    records = [r for r in ledger.records.values() if r.get("row") == row.id]
+    figures = {}
+    for name in metric_names(row):
+        values = [r["test"][name] * (100 if row.section == "squad" else 1) for r in records
+                  if r["test"].get(name) is not None]
+        if values:
+            figures[name] = (*summarise(values), len(values))
+    return figures
+
+
+def _cell(figure, scale: str = "{:.3f}") -> str:
+    if not figure:
+        return "-"
+    mean, std, n = figure
+    return scale.format(mean) + (f" ± {scale.format(std)}" if std is not None else "") + ("" if n > 1 else " (1 run)")
+
+
+def _delta(ours, paper, digits: int) -> str:
+    if not ours or paper is None:
+        return "-"
+    return f"{ours[0] - paper:+.{digits}f}"
+
+
+def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = [s for s in ("wikiqa", "trecqa") if any(r.section == s for r in rows)]
+    fig, axes = plt.subplots(1, len(sections), figsize=(7 * len(sections), 5.5), squeeze=False)
+    for ax, section in zip(axes[0], sections):
+        chosen = [r for r in rows if r.section == section]
+        figures = [row_figures(r, ledger).get("map") for r in chosen]
+        y = range(len(chosen))
+        ax.barh([i + 0.2 for i in y], [f[0] if f else 0 for f in figures], 0.4,
+                xerr=[(f[1] or 0) if f else 0 for f in figures], label="ours (mean ± std over seeds)",
+                color="tab:blue")
+        ax.barh([i - 0.2 for i in y], [r.paper.get("map", 0) for r in chosen], 0.4, label="paper", color="tab:gray")
+        ax.set_yticks(list(y), [r.label for r in chosen], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0.4, 0.95)
+        ax.set_xlabel("test MAP")
+        ax.set_title({"wikiqa": "WikiQA (clean test, 243 questions)",
+                      "trecqa": "TrecQA (TRAIN, clean test, 68 questions)"}[section])
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = [r for r in rows if r.section == "squad"]
+    full = next((r for r in chosen if r.id == "squad/dynsan"), None)
+    base = row_figures(full, ledger).get("f1") if full else None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ours, theirs, labels = [], [], []
+    for r in chosen[1:]:
+        f1 = row_figures(r, ledger).get("f1")
+        if not f1 or not base:
+            continue
+        labels.append(r.label)
+        ours.append(f1[0] - base[0])
+        reference = full.paper["f1"] if "Table 3" in r.source else 79.5  # Table 4's DynSAN against full SAN
+        theirs.append(r.paper.get("f1", reference) - reference)
+    y = range(len(labels))
+    ax.barh([i + 0.2 for i in y], ours, 0.4, label="ours: F1 change from full DynSAN (SQuAD-style, mean of seeds)",
+            color="tab:blue")
+    ax.barh([i - 0.2 for i in y], theirs, 0.4, label="paper: F1 change (Table 3 SearchQA; Table 4 SQuAD)",
+            color="tab:gray")
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("F1 points")
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+EFFICIENCY_PLOTS = {
+    "ggsa": ("GGSA: group attention against global self-attention (D = 300, 8,000 tokens a batch)",
+             {"group": "group attention (ours)", "global-sdpa": "global, fused SDPA",
+              "global-textbook": "global, textbook"}),
+    "ctrn": ("CTRN and QRNN against recurrent networks (d = 256, batch 64)",
+             {"ctrn": "CTRN (C kernel)", "ctrn-torch-loop": "CTRN (torch loop)", "qrnn": "QRNN",
+              "lstm": "same network, nn.LSTM", "gru": "same network, nn.GRU"}),
+    "dynsan": ("DynSAN: the DynSA block against full attention (D = 128, K = 256, batch 1)",
+               {"dynsa": "DynSA (K = 256)", "full-sdpa": "full attention, fused SDPA",
+                "full-textbook": "full attention, textbook", "bilstm": "BiLSTM (64 per direction)"}),
+}
+
+
+def plot_efficiency(cases: list[dict], family: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    title, names = EFFICIENCY_PLOTS[family]
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for variant, name in names.items():
+        points = sorted((c["length"], c["seconds"] * 1000, c["peak_mb"]) for c in cases
+                        if c["family"] == family and c["variant"] == variant)
+        if not points:
+            continue
+        lengths, ms, mb = zip(*points)
+        style = "-o" if variant in ("group", "ctrn", "dynsa") else "--s"
+        time_ax.plot(lengths, ms, style, label=name, markersize=4)
+        memory_ax.plot(lengths, [max(m, 1.0) for m in mb], style, label=name, markersize=4)
+    for ax, ylabel in ((time_ax, "forward + backward, ms (best of 2)"), (memory_ax, "peak memory above start, MB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+    time_ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _wall(meta: dict, ledger: Ledger) -> str:
+    if "wall_s" not in meta:
+        return "no complete invocation recorded yet"
+    text = f"the last invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
+    if meta.get("data_wall_s"):
+        return text + f", {meta['data_wall_s'] / 60:.0f} of them preparing the data"
+    steps = sum(r["seconds"] for k, r in ledger.records.items() if k.startswith("data:"))
+    return text + (f"; the data had been prepared by an earlier one ({steps / 60:.0f} minutes, its steps summed, "
+                   "one after another)" if steps else "")
+
+
+def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None:
+    figures_dir = os.path.join(os.path.dirname(os.path.abspath(report)), "results")
+    os.makedirs(figures_dir, exist_ok=True)
+    plot_answer_selection(rows, ledger, os.path.join(figures_dir, "answer_selection.png"))
+    if any(r.section == "squad" for r in rows):
+        plot_reading(rows, ledger, os.path.join(figures_dir, "dynsan_ablations.png"))
+    efficiency_path = os.path.join(out, "encoders.json")
+    cases = []
+    if os.path.exists(efficiency_path):
+        with open(efficiency_path) as f:
+            cases = json.load(f)["cases"]
+        for family in EFFICIENCY_PLOTS:
+            plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
+    runs = [r for k, r in ledger.records.items() if ":" not in k and k not in ("efficiency", "meta")]
+    meta = ledger.records.get("meta", {})
+    planned = sum(len(r.seeds) if len(r.seeds) == 1 else len(SEEDS) for r in rows)
+    recorded = sum(1 for r in runs if any(row.id == r["row"] for row in rows))
+    lines = [
+        "# Results: our figures beside the papers'",
+        "",
+        *([f"**Partial: {recorded} of the {planned} planned runs are recorded so far; rows without figures show "
+           "a dash.**", ""] if recorded < planned else []),
+        f"Generated by `python bench/results.py` (commit {meta.get('commit', git_commit())}, "
+        f"{meta.get('finished', '?')}) on {meta.get('machine', '?')}, {meta.get('lanes', '?')} runs at a time. "
+        f"{len(runs)} runs; {_wall(meta, ledger)}. "
+        "Every figure below links to the command that produced it, with its seed, configuration and the sha256 of "
+        "the checkpoint it scored, in [the run ledger](#every-run). Test figures are means over the seeds, ± the "
+        "sample standard deviation; the paper's figure is quoted with its table. To regenerate: "
+        "`python bench/results.py` (it resumes from `out/results/runs.json`; `--report-only` rewrites this page "
+        "from it).",
+        "",
+        "Read every row with its budget in mind. This machine has 2 cores and no GPU, and the whole report must "
+        "regenerate in under an hour, so each run is minutes where the papers' were hours on GPUs: MiniLM-L6 (22M "
+        "parameters) stands in for BERT-base (110M) and sees 960 WikiQA pairs; the word-vector models see one "
+        "epoch, with fastText vectors trained on the set itself in place of GloVe 840B; DynSAN, at half "
+        "the paper's width with two cross-passage blocks, trains on 1,280 SQuAD questions. Where ours falls short of the paper, the column Δ says by how much; the last column "
+        "says what the paper's scale needs.",
+        "",
+    ]
+    for section, title, note in (
+        ("wikiqa", "WikiQA: answer selection (clean test: 243 questions, 2,351 pairs)",
+         "MAP, MRR and P@1 on the test questions that have at least one correct answer (the papers' convention)."),
+        ("trecqa", "TrecQA: TRAIN (94 questions), clean dev/test (65/68 questions)",
+         "The small, human-checked TRAIN set, as the CTRN paper's TRAIN column and IARNN's Table 4."),
+        ("pretrain", "StackExchangeQA pretraining (beer site) for transfer",
+         "The checkpoint the transfer row fine-tunes, scored on the beer build's own test split."),
+    ):
+        chosen = [r for r in rows if r.section == section]
+        if not chosen:
+            continue
+        lines += [f"## {title}", "", note, "",
+                  "| model | seeds | MAP | MRR | P@1 | paper MAP / MRR | Δ MAP | source | the paper's scale needs |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+        for r in chosen:
+            f = row_figures(r, ledger)
+            n = max((v[2] for v in f.values()), default=0)
+            paper = f"{r.paper['map']:.3f} / {r.paper['mrr']:.3f}" if r.paper else "not reported"
+            lines.append(f"| {r.label} | {n} | {_cell(f.get('map'))} | {_cell(f.get('mrr'))} | {_cell(f.get('p@1'))} "
+                         f"| {paper} | {_delta(f.get('map'), r.paper.get('map'), 3)} | {r.source or '-'} "
+                         f"| {r.gpu or '-'} |")
+        lines.append("")
+        if section == "wikiqa":
+            lines += ["![WikiQA and TrecQA test MAP, ours against the papers'](results/answer_selection.png)", ""]
+    squad = [r for r in rows if r.section == "squad"]
+    if squad:
+        lines += ["## Reading comprehension: DynSAN and its ablations (SQuAD-style)", "",
+                  "Trained on one half of the SQuAD 1.1 dev set (24 articles), evaluated on an article of the other "
+                  "half (Super_Bowl_50, 810 questions, answers at every given span; EM and F1 as the official "
+                  "script computes them). The paper's ablations are on SearchQA's test set, so compare the change "
+                  "from the full model, not the level.", "",
+                  "| model | seeds | EM | F1 | paper EM / F1 | ΔF1 from full, ours | ΔF1 from full, paper | source |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
+        base = row_figures(squad[0], ledger).get("f1")
+        for r in squad:
+            f = row_figures(r, ledger)
+            n = max((v[2] for v in f.values()), default=0)
+            reference = squad[0].paper["f1"] if "Table 3" in r.source else 79.5
+            ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
+            theirs_delta = f"{r.paper['f1'] - reference:+.1f}" if r is not squad[0] else "-"
+            lines.append(f"| {r.label} | {n} | {_cell(f.get('em'), '{:.1f}')} | {_cell(f.get('f1'), '{:.1f}')} | "
+                         f"{r.paper['em']:.1f} / {r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |")
+        lines += ["", "![DynSAN ablations: change in F1 from the full model](results/dynsan_ablations.png)", ""]
+    by_id = {r.id: r for r in rows}
+    compared = [c for c in COMPARISONS if c[1] in by_id and c[2] in by_id]
+    if compared:
+        lines += ["## The papers' claims, as differences", "",
+                  "Each claim is the difference between two rows on the same test set: ours (mean difference, ± the "
+                  "two rows' standard deviations combined) against the paper's. A claim holds here when our difference "
+                  "has the paper's sign and is larger than its spread; \"within noise\" means it is not.", "",
+                  "| claim | metric | ours | paper | verdict |", "|---|---|---:|---:|---|"]
+        for what, with_it, without, metric in compared:
+            a, b = row_figures(by_id[with_it], ledger).get(metric), row_figures(by_id[without], ledger).get(metric)
+            pa, pb = by_id[with_it].paper.get(metric), by_id[without].paper.get(metric)
+            digits = 1 if metric in ("em", "f1") else 3
+            paper = f"{pa - pb:+.{digits}f}" if pa is not None and pb is not None else "not reported"
+            if not a or not b:
+                lines.append(f"| {what} | {metric} | - | {paper} | not run |")
+                continue
+            diff, spread = a[0] - b[0], ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
+            if abs(diff) <= spread:
+                verdict = "within noise"
+            elif pa is None or pb is None:
+                verdict = "better" if diff > 0 else "worse"
+            else:
+                verdict = "holds" if (diff > 0) == (pa - pb > 0) else "reversed"
+            lines.append(f"| {what} | {metric} | {diff:+.{digits}f} ± {spread:.{digits}f} | {paper} | {verdict} |")
+        lines.append("")
+    lines += ["## Missing rows", "", "| the paper's rows | why not here |", "|---|---|"]
+    lines += [f"| {what} | {why} |" for what, why in MISSING]
+    lines.append("")
+    if cases:
+        lines += ["## Efficiency", "",
+                  "Forward and backward time and peak memory against sequence length, each case in a fresh process "
+                  "on this machine's 2 cores (`bench/encoders.py`; command in the ledger). Log-log axes: a line's "
+                  "slope is its order in L.", ""]
+        lines += [f"![{EFFICIENCY_PLOTS[f][0]}](results/efficiency_{f}.png)" for f in EFFICIENCY_PLOTS]
+        lines.append("")
+    lines += ["## Every run", "",
+              "| run | seed | split | figures | seconds | checkpoint sha256 | commands |", "|---|---:|---|---|---:|---|---|"]
+    for key in sorted(k for k in ledger.records if ":" not in k and k not in ("efficiency", "meta")):
+        r = ledger.records[key]
+        figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
+        sha = r.get("checkpoint_sha256", "")[:16] or "-"
+        cmd = "<br>".join(f"`{c}`" for c in r["commands"])
+        lines.append(f"| {r['row']} | {r['seed']} | {r['split']} | {figures} | {r['seconds']:.0f} | {sha} | {cmd} |")
+    lines += ["", "Data preparation and benchmarks:", ""]
+    for key in sorted(k for k in ledger.records if k.startswith("data:") or k == "efficiency"):
+        r = ledger.records[key]
+        lines.append(f"- `{r['command']}` ({r['seconds']:.0f} s)")
+    lines.append("")
+    lines.append("Each run's resolved configuration (every `jobs/train.py` option and the model's fields) is in "
+                 "`out/results/runs.json` under `config` and `model_config`, and in the checkpoint's `config.json`.")
+    staged = report + ".partial"
+    with open(staged, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(staged, report)
+    _log(f"wrote {report} and {figures_dir}/")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, logs and runs.json")
+    p.add_argument("--report", default=os.path.join(REPO, "docs", "results.md"), help="the report to write")
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="seeds of every multi-seed row")
+    p.add_argument("--lanes", type=int, default=3, help="runs at a time, one CPU each (3 on 2 cores: a run spends "
+                                                       "much of its start-up and evaluation waiting)")
+    p.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                   help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are "
+                        "added")
+    p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from OUT/runs.json, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the plan and exit")
+    args = p.parse_args(argv)
+    out = os.path.abspath(args.out)
+    if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
+        out = os.path.relpath(out, REPO)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    rows = selected_rows(args.only)
+    if args.dry_run:
+        for step in data_steps(out):
+            print(shown(step.argv))
+        for row in rows:
+            for seed in (row.seeds if len(row.seeds) == 1 else seeds):
+                for argv in commands(row, seed, out):
+                    print(shown(argv))
+        print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))
+        return 0
+    os.makedirs(out, exist_ok=True)
+    ledger = Ledger(os.path.join(out, "runs.json"))
+    if not args.report_only:
+        for folder in ("wikiqa", "trecqa", "squad_sample", "stackexchange_dump_beer"):
+            if not os.path.isdir(os.path.join(SHARED_DATA, folder)):
+                raise SystemExit(f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data "
+                                 "(or QA_SHARED_DATA)")
+        started = time.time()
+        data_seconds = run_all(rows, seeds, out, args.lanes, ledger)
+        if not args.skip_efficiency:
+            run_efficiency(out, ledger)
+        ledger.add("meta", {"commit": git_commit(), "wall_s": round(time.time() - started, 1),
+                            "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
+                            "finished": datetime.date.today().isoformat(),
+                            "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+                                       "no GPU"})
+    write_report(rows, ledger, out, args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
