@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
 
 import argparse  # noqa: E402
 import concurrent.futures  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import fnmatch  # noqa: E402
 import hashlib  # noqa: E402
@@ -118,7 +119,7 @@ class Row:
     split: str = "test"
 
 
-MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", "16", "--max-steps", "60",
+MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", "16", "--max-steps", "120",
           "--length-buckets", "8"]
 WORDS = ["--length-buckets", "8", "--epochs", "1"]
 # DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
@@ -129,7 +130,7 @@ DYNSAN = ["--batch-size", "16", "--max-steps", "80", "--length-buckets", "8", "-
           "--model-option", "heads=4", "--model-option", "cross_blocks=2", "--model-option", "char_filters=50",
           "--model-option", "top_k=32"]
 GPU_MINILM = ("BERT-base (110M) for 3 epochs of all 8,627 pairs, and transfer from 10.5M StackExchangeQA pairs: about "
-              "a GPU-day; here MiniLM-L6 (22M) sees 960 pairs")
+              "a GPU-day; here MiniLM-L6 (22M) sees 1,920 pairs")
 GPU_WORDS = "GloVe 840B vectors and 10-25 epochs (minutes on one GPU); here fastText trained on the set itself, 1 epoch"
 
 GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
@@ -301,25 +302,40 @@ class Ledger:
         os.replace(staged, self.path)
 
 
-def _run(argv: list[str], env: dict, log) -> str:
-    """Run `python ARGV` from the repository root; return its last stdout line (each job's JSON summary)."""
+def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
+    """Run `python ARGV` from the repository root; return the JSON summary each job prints last on stdout."""
     started = time.time()
     process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
                              text=True)
     if process.returncode:
         raise RuntimeError(f"{shown(argv)} failed with exit code {process.returncode} after "
                            f"{time.time() - started:.0f} s; see {log.name}")
-    lines = [line for line in process.stdout.splitlines() if line.strip()]
-    return lines[-1] if lines else "{}"
+    if not summary:
+        return None
+    # the job's summary is its last JSON line; Ray may forward its workers' log lines to stdout after it
+    for line in reversed(process.stdout.splitlines()):
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                return json.loads(line)
+    raise RuntimeError(f"{shown(argv)} printed no JSON summary on stdout; see {log.name}")
 
 
 def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> dict:
     key = run_name(row, seed)
     argvs = commands(row, seed, out)
+    # A run folder left by an interrupted run resumes only under the same commands; another plan starts afresh.
+    plan = os.path.join(out, "runs", key + ".plan.json")
+    if os.path.exists(plan):
+        with open(plan) as f:
+            if json.load(f) != [shown(a) for a in argvs]:
+                shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    with open(plan, "w") as f:
+        json.dump([shown(a) for a in argvs], f)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     started = time.time()
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
-        summaries = [json.loads(_run(argv, env, log)) for argv in argvs]
+        summaries = [_run(argv, env, log) for argv in argvs]
     seconds = time.time() - started
     record = {"row": row.id, "seed": seed, "commands": [shown(a) for a in argvs], "seconds": round(seconds, 1)}
     if row.model is None:
@@ -358,7 +374,7 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             _log(f"data {step.key}: {shown(step.argv)}")
             started = time.time()
             with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
-                _run(step.argv, env, log)
+                _run(step.argv, env, log, summary=False)
             ledger.add(f"data:{step.key}", {"command": shown(step.argv), "seconds": round(time.time() - started, 1)})
 
     started = time.time()
@@ -399,10 +415,10 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger)
                     ledger.remove(key)
                     shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
                 todo.append((row, seed))  # a run cut off before its record resumes from its last checkpoint
-        # what others fine-tune from first, then the slowest rows (MiniLM), the rest by section; a fine-tuning run
-        # waits for its pretraining run, while the other lanes go on
-        todo.sort(key=lambda pair: (not any(o.init_from == pair[0].id for o in rows), pair[0].options != MINILM,
-                                    pair[0].section))
+        # what others fine-tune from first, then the zero-shot row (seconds), the slowest rows (MiniLM), the rest by
+        # section; a fine-tuning run waits for its pretraining run, while the other lanes go on
+        todo.sort(key=lambda pair: (not any(o.init_from == pair[0].id for o in rows), pair[0].model is not None,
+                                    pair[0].options != MINILM, pair[0].section))
         failed = schedule(todo, lanes, lambda row, seed: run_row_seed(row, seed, out, env, ledger), ledger)
         if failed:
             raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
@@ -465,7 +481,7 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
     _log(f"efficiency: {shown(argv)}")
     started = time.time()
     with open(os.path.join(out, "logs", "efficiency.log"), "w") as log:
-        _run(argv, dict(os.environ), log)
+        _run(argv, dict(os.environ), log, summary=False)
     ledger.add("efficiency", {"command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
                               "seconds": round(time.time() - started, 1)})
 
@@ -527,7 +543,7 @@ def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
         ax.set_xlabel("test MAP")
         ax.set_title({"wikiqa": "WikiQA (clean test, 243 questions)",
                       "trecqa": "TrecQA (TRAIN, clean test, 68 questions)"}[section])
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8)
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -653,18 +669,19 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         "",
         *([f"**Partial: {recorded} of the {planned} planned runs are recorded so far; rows without figures show "
            "a dash.**", ""] if recorded < planned else []),
-        f"Generated by `python bench/results.py` (commit {meta.get('commit', git_commit())}, "
-        f"{meta.get('finished', '?')}) on {meta.get('machine', '?')}, {meta.get('lanes', '?')} runs at a time. "
-        f"{len(runs)} runs; {_wall(meta, ledger)}. "
-        "Every figure below links to the command that produced it, with its seed, configuration and the sha256 of "
+        (f"Generated by `python bench/results.py` (commit {meta['commit']}, {meta['finished']}) on {meta['machine']}, "
+         f"{meta['lanes']} runs at a time. {len(runs)} runs; {_wall(meta, ledger)}. " if meta else
+         f"Generated by `python bench/results.py --report-only` (commit {git_commit()}) from the runs recorded so "
+         f"far, on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), no GPU. ")
+        + "Every figure below links to the command that produced it, with its seed, configuration and the sha256 of "
         "the checkpoint it scored, in [the run ledger](#every-run). Test figures are means over the seeds, ± the "
         "sample standard deviation; the paper's figure is quoted with its table. To regenerate: "
         "`python bench/results.py` (it resumes from `out/results/runs.json`; `--report-only` rewrites this page "
         "from it).",
         "",
-        "Read every row with its budget in mind. This machine has 2 cores and no GPU, and the whole report must "
+        "Read every row with its budget in mind. This machine has 2 cores and no GPU, and the whole report is meant to "
         "regenerate in under an hour, so each run is minutes where the papers' were hours on GPUs: MiniLM-L6 (22M "
-        "parameters) stands in for BERT-base (110M) and sees 960 WikiQA pairs; the word-vector models see one "
+        "parameters) stands in for BERT-base (110M) and sees 1,920 WikiQA pairs; the word-vector models see one "
         "epoch, with fastText vectors trained on the set itself in place of GloVe 840B; DynSAN, at half "
         "the paper's width with two cross-passage blocks, trains on 1,280 SQuAD questions. Where ours falls short of the paper, the column Δ says by how much; the last column "
         "says what the paper's scale needs.",
@@ -809,12 +826,15 @@ def main(argv=None) -> int:
         data_seconds = run_all(rows, seeds, out, args.lanes, ledger)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
+        if args.only or args.skip_efficiency:  # a partial invocation: its time is not the report's
+            write_report(list(ROWS), ledger, out, args.report)
+            return 0
         ledger.add("meta", {"commit": git_commit(), "wall_s": round(time.time() - started, 1),
                             "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
                             "finished": datetime.date.today().isoformat(),
                             "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
                                        "no GPU"})
-    write_report(rows, ledger, out, args.report)
+    write_report(list(ROWS), ledger, out, args.report)  # the whole plan, with what is recorded
     return 0
 
 

@@ -115,3 +115,13 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
     failed = results.schedule([(pretrain, 0), (transfer, 0), (other, 1)], 2, broken, ledger)
     assert failed == ["seqa-minilm-gsamn-pretrain-seed0", "wikiqa-minilm-gsamn-transfer-seed0"]
     assert list(ledger.records) == ["trecqa-ctrn-seed1"]
+
+
+def test_a_jobs_summary_is_its_last_json_line_even_with_ray_log_lines_after_it(tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        code = "print('starting'); print('{\"metrics\": {\"map\": 0.5}}'); print('(RayTrainWorker pid=1) done')"
+        assert results._run(["-c", code], dict(os.environ), log) == {"metrics": {"map": 0.5}}
+        with pytest.raises(RuntimeError, match="no JSON summary"):
+            results._run(["-c", "print('nothing')"], dict(os.environ), log)
+        with pytest.raises(RuntimeError, match="exit code 3"):
+            results._run(["-c", "import sys; sys.exit(3)"], dict(os.environ), log)
