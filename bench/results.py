@@ -31,7 +31,6 @@ import concurrent.futures  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import fnmatch  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
@@ -266,14 +265,6 @@ def shown(argv: list[str]) -> str:
     return "python " + " ".join(shlex.quote(a) for a in argv)
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------------- runs
 class Ledger:
     """OUT/runs.json: one record per finished run, rewritten whole (temporary file, then rename) after each."""
@@ -321,6 +312,8 @@ def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
 
 
 def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> dict:
+    from pipelines.tokenize import _sha256
+
     key = run_name(row, seed)
     argvs = commands(row, seed, out)
     # A run folder left by an interrupted run resumes only under the same commands; another plan starts afresh.
@@ -351,7 +344,7 @@ def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> di
         record.update(split=row.split, test=figures, dev=(train.get("best") or {}),
                       steps=train.get("steps"), examples_per_s=train.get("examples_per_s"),
                       checkpoint=os.path.relpath(checkpoint, out),
-                      checkpoint_sha256=file_sha256(os.path.join(checkpoint, "state.pt")),
+                      checkpoint_sha256=_sha256(os.path.join(checkpoint, "state.pt")),
                       config=config["train"], model_config=config["model_config"])
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
