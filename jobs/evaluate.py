@@ -120,6 +120,14 @@ def write_jsonl(records: list[dict], path: str) -> None:
     os.replace(staged, path)
 
 
+def print_summary(summary: dict) -> None:
+    """The figures of a scored split on one stderr line; the JSON summary follows on stdout."""
+    shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}"
+                      for name, value in summary["metrics"].items() if name not in ("questions", "skipped"))
+    print(f"{summary['split']}: {shown}  over {summary['metrics']['questions']} questions ({summary['rows']} rows)",
+          file=sys.stderr)
+
+
 def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (state.pt) or run folder STORAGE/NAME")
@@ -153,10 +161,7 @@ def main(argv=None) -> int:
         return 2
     if cfg.output:
         write_jsonl(records, cfg.output)
-    shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}"
-                      for name, value in summary["metrics"].items() if name not in ("questions", "skipped"))
-    print(f"{summary['split']}: {shown}  over {summary['metrics']['questions']} questions ({summary['rows']} rows)",
-          file=sys.stderr)
+    print_summary(summary)
     print(json.dumps(summary))
     return 0
 

@@ -92,7 +92,7 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
-    from jobs.evaluate import write_jsonl
+    from jobs.evaluate import print_summary, write_jsonl
 
     cfg, args = parse_args(argv)
     if args.dry_run:
@@ -105,9 +105,7 @@ def main(argv=None) -> int:
         return 2
     if cfg.output:
         write_jsonl(records, cfg.output)
-    m = summary["metrics"]
-    print(f"{cfg.split}: MAP {m['map']:.4f}  MRR {m['mrr']:.4f}  P@1 {m['p@1']:.4f}  over {m['questions']} questions "
-          f"({summary['rows']} rows)", file=sys.stderr)
+    print_summary(summary)
     print(json.dumps(summary))
     return 0
 

@@ -11,6 +11,8 @@ import os
 import torch
 from torch import nn
 
+from qa_models.matching import masked_mean
+
 
 class WordEmbeddings(nn.Module):
     def __init__(self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1,
@@ -88,6 +90,4 @@ class SentenceEmbedder(nn.Module):
         device = next(self.encoder.parameters()).device
         mask = enc["attention_mask"].to(device)  # (B, L)
         states = self.encoder(enc["input_ids"].to(device), mask)  # (B, L, d)
-        weights = mask[..., None].to(states.dtype)  # (B, L, 1)
-        mean = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # (B, d)
-        return torch.nn.functional.normalize(mean, dim=-1)
+        return torch.nn.functional.normalize(masked_mean(states, mask), dim=-1)  # (B, d)
