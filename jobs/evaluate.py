@@ -51,36 +51,11 @@ def load_checkpoint(directory: str, device):
     return model.to(device).eval(), cfg, state
 
 
-def parquet_batches(paths: list[str], batch_size: int, columns: list[str]):
-    """Numpy batches of Parquet files as Ray Data's order-preserving `iter_batches(batch_format="numpy")` cuts
-    them: `batch_size` rows each across file boundaries, the last one short."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def numpy_batch(table: pa.Table) -> dict:
-        # copies: Arrow's zero-copy arrays are read-only, which torch.as_tensor warns about
-        return {name: np.array(table.column(name).to_numpy()) for name in columns}
-
-    pending, rows = [], 0
-    for path in paths:
-        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
-            pending.append(record_batch)
-            rows += record_batch.num_rows
-            while rows >= batch_size:
-                table = pa.Table.from_batches(pending)
-                yield numpy_batch(table.slice(0, batch_size))
-                rest = table.slice(batch_size)
-                pending, rows = rest.to_batches(), rest.num_rows
-    if rows:
-        yield numpy_batch(pa.Table.from_batches(pending))
-
-
 def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     import torch
 
-    from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, eval_batch_size, read_batches,
-                                 read_manifest, resolve_checkpoint, score_batches, summarise_reading)
+    from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, eval_batch_size, eval_batches,
+                                 read_batches, read_manifest, resolve_checkpoint, score_batches, summarise_reading)
     from pipelines.tokenize import shard_paths
     from qa_models.metrics import per_question_ranking, summarise_ranking
 
@@ -97,7 +72,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
                       getattr(model.config, "max_len", None),
                       manifest.get("max_context_tokens"))
     dtype = autocast_dtype(train_cfg.precision if device.type == "cuda" else "fp32", device)
-    batches = parquet_batches(paths, cfg.batch_size or eval_batch_size(train_cfg, model.inputs), schema.names)
+    batches = eval_batches(paths, cfg.batch_size or eval_batch_size(train_cfg, model.inputs), schema.names,
+                           batcher.length_key)
     summary = {"checkpoint": checkpoint, "model": train_cfg.model, "step": state.get("step"), "split": cfg.split}
     if model.inputs == "passages":
         records = read_batches(model, batcher, batches, device, dtype)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from jobs.train_rows import epoch_batches, ordered_execution, row_groups, worker_rows
+from jobs.train_rows import epoch_batches, row_groups, worker_rows
 
 STATE_FILE = "state.pt"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -345,7 +345,7 @@ def _log(message: str) -> None:
 def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> dict:
     """The model's score for every row of `batches` (numpy dicts of tokenised pairs), with qid, aid, label."""
     model.eval()
-    out = {"qid": [], "aid": [], "label": [], "score": []}
+    out, positions = {"qid": [], "aid": [], "label": [], "score": []}, []
     with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
         for batch in batches:
             inputs, _ = batcher(batch)
@@ -354,8 +354,9 @@ def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype |
             out["label"].extend(batch["label"].tolist())
             out["qid"].extend(batch["qid"].tolist())
             out["aid"].extend(batch["aid"].tolist() if "aid" in batch else [None] * len(batch["label"]))
+            positions.extend(batch[ROW].tolist() if ROW in batch else [])
     model.train()
-    return out
+    return {name: in_file_order(values, positions) for name, values in out.items()}
 
 
 def to_device(value, device):
@@ -372,10 +373,11 @@ def read_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | 
     from qa_models.metrics import exact_match, f1_score
 
     model.eval()
-    records = []
+    records, positions = [], []
     with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
         for batch in batches:
             inputs, targets = batcher(batch)
+            positions.extend(batch[ROW].tolist() if ROW in batch else [])
             output = model(**to_device(inputs, device))
             if model.config.task == "extractive":
                 for i, (start, end) in enumerate(model.best_spans(output).cpu().tolist()):
@@ -394,7 +396,7 @@ def read_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | 
                                     "answer": names[answer] if 0 <= answer < len(names) else "",
                                     "correct": float(choice == answer)})
     model.train()
-    return records
+    return in_file_order(records, positions)
 
 
 def summarise_reading(records: list[dict]) -> dict:
@@ -412,10 +414,65 @@ def eval_batch_size(cfg: TrainConfig, inputs: str) -> int:
     return cfg.batch_size if inputs == "passages" else max(64, cfg.batch_size)
 
 
-def evaluate(model, batcher: Batcher, dataset, cfg: TrainConfig, device, dtype: torch.dtype | None = None) -> dict:
+def parquet_batches(paths: list[str], batch_size: int, columns: list[str]):
+    """Numpy batches of Parquet files in file order: `batch_size` rows each across file boundaries, the last one
+    short."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def numpy_batch(table: pa.Table) -> dict:
+        # copies: Arrow's zero-copy arrays are read-only, which torch.as_tensor warns about
+        return {name: np.array(table.column(name).to_numpy()) for name in columns}
+
+    pending, rows = [], 0
+    for path in paths:
+        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+            pending.append(record_batch)
+            rows += record_batch.num_rows
+            while rows >= batch_size:
+                table = pa.Table.from_batches(pending)
+                yield numpy_batch(table.slice(0, batch_size))
+                rest = table.slice(batch_size)
+                pending, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield numpy_batch(pa.Table.from_batches(pending))
+
+
+ROW = "_row"  # the position in the split's files of each row of an evaluation batch
+EVAL_POOL_BATCHES = 32  # evaluation batches sorted by length together: memory stays bounded on large splits
+
+
+def eval_batches(paths: list[str], batch_size: int, columns: list[str], length_key=None):
+    """Numpy batches of a split for scoring, the same in training's dev evaluation and in jobs/evaluate.py (a
+    padded batch changes scores by rounding, and an undertrained model's near-tied spans flip on that). Pools of
+    EVAL_POOL_BATCHES batches are sorted by `length_key` (stably), so that a batch pads to rows of like length: a
+    transformer's scoring costs about a third less than in file order. Each batch carries ROW, which
+    score_batches and read_batches put their results back in file order by."""
+    offset = 0
+    for pool in parquet_batches(paths, batch_size * EVAL_POOL_BATCHES, columns):
+        rows = len(next(iter(pool.values())))
+        order = np.argsort(length_key(pool), kind="stable") if length_key is not None else np.arange(rows)
+        pool = {name: values[order] for name, values in pool.items()}
+        pool[ROW] = order + offset
+        offset += rows
+        for start in range(0, rows, batch_size):
+            yield {name: values[start:start + batch_size] for name, values in pool.items()}
+
+
+def in_file_order(values: list, positions: list) -> list:
+    """`values` of length-sorted evaluation batches back in the order of the files (as they are without ROW)."""
+    if not positions:
+        return values
+    return [values[i] for i in np.argsort(positions, kind="stable")]
+
+
+def evaluate(model, batcher: Batcher, paths: list[str], columns: list[str], cfg: TrainConfig, device,
+             dtype: torch.dtype | None = None) -> dict:
+    """Dev figures of `model` on the Parquet files `paths` (rank 0 reads them whole, without Ray Data: a dev set
+    is small, and a Ray Data execution costs seconds of start-up at every evaluation)."""
     from qa_models.metrics import ranking_metrics
 
-    batches = dataset.iter_batches(batch_size=eval_batch_size(cfg, batcher.inputs), batch_format="numpy")
+    batches = eval_batches(paths, eval_batch_size(cfg, batcher.inputs), columns, batcher.length_key)
     if batcher.inputs == "passages":
         return summarise_reading(read_batches(model, batcher, batches, device, dtype))
     scored = score_batches(model, batcher, batches, device, dtype)
@@ -585,7 +642,7 @@ def train_loop_per_worker(config: dict) -> None:
     world_size = context.get_world_size()
     train_groups = config["train_row_groups"]
     first_row, end_row = worker_rows(config["train_rows"], world_size, rank)
-    dev = ray.train.get_dataset_shard("dev")
+    dev_paths, dev_columns = config["dev_paths"], config["dev_columns"]
     scalars = Scalars(cfg, resumed_from) if rank == 0 else None
 
     def save(metrics: dict) -> None:
@@ -611,9 +668,9 @@ def train_loop_per_worker(config: dict) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
     def dev_metrics() -> dict:
-        if rank != 0 or dev is None:
+        if rank != 0:
             return {}
-        metrics = evaluate(core, batcher, dev, cfg, device, dtype)
+        metrics = evaluate(core, batcher, dev_paths, dev_columns, cfg, device, dtype)
         dev_history.append([step, {k: v for k, v in metrics.items() if k != "skipped"}])
         for name, value in metrics.items():
             if name not in ("questions", "skipped"):
@@ -736,22 +793,13 @@ def check_data_fits_model(cfg: TrainConfig, manifest: dict) -> None:
                          "(tokenised_pairs)")
 
 
-def ingest_config():
-    """Ray Train's DataConfig: dev whole to every worker (rank 0 reads it), in file order. Train is not given to
-    Ray Train: each worker streams its own rows from an exact position (jobs/train_rows.py)."""
-    import ray.train
-
-    return ray.train.DataConfig(datasets_to_split=[], execution_options=ordered_execution())
-
-
 def run(cfg: TrainConfig) -> dict:
     """Train (or resume) on the connected Ray cluster; return the job's summary."""
     import ray
-    import ray.data
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from pipelines.tokenize import read_shards, shard_paths
+    from pipelines.tokenize import shard_paths
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
@@ -766,7 +814,7 @@ def run(cfg: TrainConfig) -> dict:
     train_rows = sum(rows for *_, rows in train_groups)
     if train_rows // cfg.num_workers == 0:
         raise ValueError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers")
-    datasets = {"dev": read_shards(cfg.data, "dev")}
+    dev_paths, dev_schema = shard_paths(os.path.abspath(cfg.data), "dev")
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
     vectors = embeddings_path(cfg)
     if vectors:
@@ -784,6 +832,7 @@ def run(cfg: TrainConfig) -> dict:
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
                            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
                            "train_row_groups": train_groups, "train_rows": train_rows,
+                           "dev_paths": dev_paths, "dev_columns": dev_schema.names,
                            "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
@@ -798,8 +847,6 @@ def run(cfg: TrainConfig) -> dict:
                                                          checkpoint_score_attribute=SCORE,
                                                          checkpoint_score_order="max"),
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
-        datasets=datasets,
-        dataset_config=ingest_config(),
     )
     result = trainer.fit()
     metrics = result.metrics or {}

@@ -68,6 +68,37 @@ def test_pairwise_buckets_keep_a_questions_rows_together():
         assert sum(a != b for a, b in zip(pool, pool[1:])) == len(set(pool)) - 1
 
 
+def test_evaluation_batches_sort_by_length_and_scores_come_back_in_file_order(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.train_loop import EVAL_POOL_BATCHES, ROW, eval_batches, in_file_order, parquet_batches
+
+    rows = list(_batches(700, 700))[0]
+    paths = []
+    for number, part in enumerate((slice(0, 250), slice(250, 700))):  # a batch spans the two files
+        table = pa.table({"qid": list(rows["qid"][part]), "question_ids": [list(q) for q in rows["question_ids"][part]],
+                          "answer_ids": [list(a) for a in rows["answer_ids"][part]], "label": rows["label"][part]})
+        paths.append(str(tmp_path / f"part-{number}.parquet"))
+        pq.write_table(table, paths[-1], row_group_size=64)
+    columns = ["qid", "question_ids", "answer_ids", "label"]
+    batcher = Batcher(TrainConfig(model="gsamn", data="d", batch_size=8, max_len=256), "joint")
+    in_order = list(parquet_batches(paths, 8, columns))
+    sorted_batches = list(eval_batches(paths, 8, columns, batcher.length_key))
+    assert sum(len(b["qid"]) for b in sorted_batches) == 700
+    # a pool of EVAL_POOL_BATCHES batches is sorted within itself, never across pools
+    pool = 8 * EVAL_POOL_BATCHES
+    positions = np.concatenate([b[ROW] for b in sorted_batches])
+    assert sorted(positions[:pool]) == list(range(pool)) and sorted(positions) == list(range(700))
+    lengths = np.concatenate([batcher.length_key(b) for b in sorted_batches[:EVAL_POOL_BATCHES]])
+    assert np.all(np.diff(lengths) >= 0)
+    assert _padded_tokens(sorted_batches) < 0.7 * _padded_tokens(in_order)
+    # whatever each row was scored with, in_file_order lines the results up with the files' rows
+    answer_lengths = [len(a) for b in sorted_batches for a in b["answer_ids"]]
+    assert in_file_order(answer_lengths, list(positions)) == [len(a) for a in rows["answer_ids"]]
+    assert in_file_order(["a"], []) == ["a"]  # batches without ROW are already in file order
+
+
 def test_worker_rows_split_equally_and_pieces_cover_exactly_a_range():
     assert [worker_rows(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 9)]
     groups = [("a", 0, 5), ("a", 1, 5), ("b", 0, 7)]
