@@ -71,6 +71,28 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     assert (report.parent / "results" / "dynsan_ablations.png").stat().st_size > 1000
 
 
+def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_path):
+    extra = [r for r in results.ROWS if r.extra]
+    ids = lambda rows: {r.id for r in rows}  # noqa: E731
+    assert extra and not ids(extra) & ids(results.selected_rows([]))
+    assert ids(extra) <= ids(results.selected_rows([], everything=True))
+    assert ids(results.selected_rows(["*occam*"])) >= ids(extra)
+    for what, with_it, without, _ in results.COMPARISONS:  # every claim is checked within the hour
+        assert not next(r for r in results.ROWS if r.id == with_it).extra, what
+        assert not next(r for r in results.ROWS if r.id == without).extra, what
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    out.mkdir()
+    ledger = results.Ledger(str(out / "runs.json"))
+    results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
+    text = report.read_text()
+    assert f"0 of the {sum(len(r.seeds) if len(r.seeds) == 1 else 3 for r in results.selected_rows([]))} planned" \
+        in text
+    missing = text.split("## Missing rows")[1]
+    assert all(f"| {r.label} ({r.source}) | {r.extra} |" in missing for r in extra)
+    ledger.add("trecqa-iarnn-occam-word-seed0", _record("trecqa/iarnn-occam-word", 0, {"map": 0.6, "mrr": 0.7}))
+    assert [r.id for r in results.report_rows(ledger) if r.extra] == ["trecqa/iarnn-occam-word"]
+
+
 def test_efficiency_plots_come_from_the_benchmark_cases(tmp_path):
     cases = [{"family": "dynsan", "variant": v, "length": n, "seconds": n * f / 1e6, "peak_mb": n * f / 1e3}
              for v, f in (("dynsa", 1.0), ("full-textbook", 50.0)) for n in (512, 1024, 2048)]
