@@ -120,16 +120,17 @@ class Row:
 
 
 # The hour's budget on 2 cores. A run pays about 25 s of start-up (three processes that import torch and Ray),
-# so the plan has as few runs as the papers' comparisons need, three seeds each, and each run as short as learns:
-# MiniLM sees 1,280 WikiQA pairs (about 90 s of training at 14 pairs/s, then 35 s scoring dev and test).
+# so the plan has as few runs as the papers' comparisons need, three seeds each, and each run short: MiniLM sees
+# 1,280 WikiQA pairs (about 90 s of training at 14 pairs/s on a quiet core); with two lanes a cross-encoder run
+# took 177-238 s in the last full invocation, start-up and scoring dev and test included.
 MINILM_STEPS, MINILM_BATCH = 80, 16
 MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--max-steps",
           str(MINILM_STEPS), "--length-buckets", "8"]
 WORDS = ["--length-buckets", "8", "--epochs", "1"]
 # DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
-# blocks, 50 character filters and 48 steps keep each run near a minute. K scales with the context: the paper's K = 256
-# is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so K = 32 (with K >= L
-# nothing is selected, and ablation (d) would change nothing).
+# blocks, 50 character filters and 48 steps keep each run at 80-120 s with two lanes. K scales with the context:
+# the paper's K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so
+# K = 32 (with K >= L nothing is selected, and ablation (d) would change nothing).
 DYNSAN_STEPS, DYNSAN_BATCH = 48, 16
 DYNSAN = ["--batch-size", str(DYNSAN_BATCH), "--max-steps", str(DYNSAN_STEPS), "--length-buckets", "8",
           "--model-option", "dim=64",
