@@ -783,7 +783,8 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         lines += [f"![{EFFICIENCY_PLOTS[f][0]}](results/efficiency_{f}.png)" for f in EFFICIENCY_PLOTS]
         lines.append("")
     lines += ["## Every run", "",
-              "| run | seed | split | figures | seconds | checkpoint sha256 | commands |", "|---|---:|---|---|---:|---|---|"]
+              "| run | seed | split | figures | seconds | checkpoint sha256 | commands |",
+              "|---|---:|---|---|---:|---|---|"]
     for key in sorted(k for k in ledger.records if ":" not in k and k not in ("efficiency", "meta")):
         r = ledger.records[key]
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
