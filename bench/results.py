@@ -5,9 +5,9 @@
 
 Every figure in the report comes from a command this script ran and records beside it: the data preparation
 (jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
-(`ROWS`) and each seed `python jobs/train.py ...` and `python jobs/evaluate.py ...` on the row's test split (or
-`python jobs/zero_shot.py ...` for the zero-shot bi-encoder), and `python bench/encoders.py` for the efficiency
-plots. The commands run as they are written, as subprocesses, joined to one local Ray instance that this script
+(`ROWS`) and each seed `python jobs/train.py ... --test-split test` (the job scores its best checkpoint on the
+row's test split, as `jobs/evaluate.py` would, without a second process loading torch), or `python jobs/zero_shot.py
+...` for the zero-shot bi-encoder, and `python bench/encoders.py` for the efficiency plots. The commands run as they are written, as subprocesses, joined to one local Ray instance that this script
 starts (RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
 start-up. Each run's record (commands, seed, resolved configuration, dev and test metrics, the sha256 of the
 checkpoint it scored, seconds) is appended to OUT/runs.json as it finishes, so a crashed or interrupted report
@@ -119,19 +119,20 @@ class Row:
     extra: str = ""  # why the row is left out of the hour's plan (it runs with --only or --all)
 
 
-# The hour's budget on 2 cores. A run pays about 25 s of start-up (three processes that import torch and Ray),
-# so the plan has as few runs as the papers' comparisons need, three seeds each, and each run short: MiniLM sees
-# 1,280 WikiQA pairs (about 90 s of training at 14 pairs/s on a quiet core); with two lanes a cross-encoder run
-# took 177-238 s in the last full invocation, start-up and scoring dev and test included.
-MINILM_STEPS, MINILM_BATCH = 80, 16
+# The hour's budget on 2 cores, which the runs keep busy (a third lane ran no faster than two). A run pays about
+# 10 s of CPU to start (the job, Ray Train's controller and its worker each import torch and Ray) and scores test
+# in the training job itself (--test-split), so the plan has as few runs as the papers' comparisons need, three
+# seeds each, and each run short: MiniLM sees 1,024 WikiQA pairs (about 50 s of training at 20 pairs/s on a quiet
+# core, beside about 45 s scoring dev and test).
+MINILM_STEPS, MINILM_BATCH = 64, 16
 MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--max-steps",
           str(MINILM_STEPS), "--length-buckets", "8"]
 WORDS = ["--length-buckets", "8", "--epochs", "1"]
 # DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
-# blocks, 50 character filters and 48 steps keep each run at 80-120 s with two lanes. K scales with the context:
-# the paper's K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so
-# K = 32 (with K >= L nothing is selected, and ablation (d) would change nothing).
-DYNSAN_STEPS, DYNSAN_BATCH = 48, 16
+# blocks, 50 character filters and 32 steps keep each run near a minute. K scales with the context: the paper's
+# K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so K = 32 (with
+# K >= L nothing is selected, and ablation (d) would change nothing).
+DYNSAN_STEPS, DYNSAN_BATCH = 32, 16
 DYNSAN = ["--batch-size", str(DYNSAN_BATCH), "--max-steps", str(DYNSAN_STEPS), "--length-buckets", "8",
           "--model-option", "dim=64",
           "--model-option", "heads=4", "--model-option", "cross_blocks=2", "--model-option", "char_filters=50",
@@ -154,7 +155,7 @@ ROWS = [
     Row("wikiqa/minilm-gsamn", "wikiqa", "MiniLM + GSAMN", "wikiqa", "gsamn", MINILM,
         {"map": 0.821, "mrr": 0.832}, GSAMN_T2 + ": BERT + GSAMN", GPU_MINILM),
     Row("seqa/minilm-gsamn-pretrain", "pretrain", "MiniLM + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
-        "gsamn", ["--encoder-path", "minilm", "--max-len", "96", "--batch-size", "16", "--max-steps", "100",
+        "gsamn", ["--encoder-path", "minilm", "--max-len", "96", "--batch-size", "16", "--max-steps", "64",
                   "--length-buckets", "8"], seeds=(0,), split="test"),
     Row("wikiqa/minilm-gsamn-transfer", "wikiqa", "MiniLM + GSAMN + transfer from StackExchangeQA", "wikiqa", "gsamn",
         MINILM, {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
@@ -265,11 +266,9 @@ def commands(row: Row, seed: int, out: str) -> list[list[str]]:
     if row.init_from:
         source = next(r for r in ROWS if r.id == row.init_from)
         train += ["--init-from", os.path.join(runs, run_name(source, source.seeds[0]))]
-    if row.split == "dev":  # the run's own final dev evaluation is the figure: scoring dev again would repeat it
-        return [train]
-    evaluate = ["jobs/evaluate.py", "--checkpoint", os.path.join(runs, run_name(row, seed)), "--data", data,
-                "--split", row.split, "--output", predictions]
-    return [train, evaluate]
+    if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
+        train += ["--test-split", row.split, "--test-output", predictions]
+    return [train]
 
 
 def shown(argv: list[str]) -> str:
@@ -346,8 +345,8 @@ def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> di
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
     else:
         train = summaries[0]
-        if len(summaries) == 2:
-            checkpoint, figures = summaries[1]["checkpoint"], summaries[1]["metrics"]
+        if train.get("test"):  # the best checkpoint's figures on the row's split, scored by the training job
+            checkpoint, figures = train["test"]["checkpoint"], train["test"]["metrics"]
         else:  # dev rows: the best checkpoint's recorded dev figures (one evaluation, at the last step)
             checkpoint, figures = (train.get("best") or {}).get("checkpoint") or train["checkpoint"], train["metrics"]
         with open(os.path.join(checkpoint, "config.json")) as f:
@@ -726,18 +725,22 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
             lines += ["![WikiQA and TrecQA test MAP, ours against the papers'](results/answer_selection.png)", ""]
     squad = [r for r in rows if r.section == "squad"]
     if squad:
+        base = row_figures(squad[0], ledger).get("f1")
+        budget = (f"At this budget (a model trained from scratch on {DYNSAN_STEPS * DYNSAN_BATCH:,} questions, with "
+                  "word vectors from 24 articles) ")
+        level = (budget + f"DynSAN has barely begun to learn (F1 {base[0]:.1f}, under 10: nearly every predicted "
+                 "span misses the answer), so the ablation differences below are noise, not evidence for or against "
+                 "the paper's Table 3." if base and base[0] < 10 else
+                 budget + "DynSAN is far from the paper's level; read an ablation's difference against the spread "
+                 "of its seeds (the claims table below).")
         lines += ["## Reading comprehension: DynSAN and its ablations (SQuAD-style)", "",
                   "Trained on one half of the SQuAD 1.1 dev set (24 articles), evaluated on an article of the other "
                   "half (Super_Bowl_50, 810 questions, answers at every given span; EM and F1 as the official "
                   "script computes them). The paper's ablations are on SearchQA's test set, so compare the change "
-                  "from the full model, not the level. At this budget (a model trained from scratch on "
-                  f"{DYNSAN_STEPS * DYNSAN_BATCH:,} questions, with word vectors from 24 articles) DynSAN has barely "
-                  "begun to learn (F1 under 10: nearly every predicted span misses the answer), so the ablation "
-                  "differences below are noise, not evidence for or against the paper's Table 3. Learning the task "
-                  "needs the SQuAD train set (87k questions) or SearchQA, and GPU hours.", "",
+                  f"from the full model, not the level. {level} Learning the task needs the SQuAD train set (87k "
+                  "questions) or SearchQA, and GPU hours.", "",
                   "| model | seeds | EM | F1 | paper EM / F1 | ΔF1 from full, ours | ΔF1 from full, paper | source |",
                   "|---|---:|---:|---:|---:|---:|---:|---|"]
-        base = row_figures(squad[0], ledger).get("f1")
         for r in squad:
             f = row_figures(r, ledger)
             n = max((v[2] for v in f.values()), default=0)

@@ -54,10 +54,9 @@ def load_checkpoint(directory: str, device):
 def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     import torch
 
-    from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, eval_batch_size, eval_batches,
-                                 read_batches, read_manifest, resolve_checkpoint, score_batches, summarise_reading)
+    from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, read_manifest, resolve_checkpoint,
+                                 score_split)
     from pipelines.tokenize import shard_paths
-    from qa_models.metrics import per_question_ranking, summarise_ranking
 
     checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
@@ -72,18 +71,10 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
                       getattr(model.config, "max_len", None),
                       manifest.get("max_context_tokens"))
     dtype = autocast_dtype(train_cfg.precision if device.type == "cuda" else "fp32", device)
-    batches = eval_batches(paths, cfg.batch_size or eval_batch_size(train_cfg, model.inputs), schema.names,
-                           batcher.length_key)
+    figures, records = score_split(model, batcher, paths, schema.names, train_cfg, device, dtype, cfg.eval_policy,
+                                   cfg.batch_size)
     summary = {"checkpoint": checkpoint, "model": train_cfg.model, "step": state.get("step"), "split": cfg.split}
-    if model.inputs == "passages":
-        records = read_batches(model, batcher, batches, device, dtype)
-        return dict(summary, rows=len(records), metrics=summarise_reading(records), output=cfg.output), records
-    scored = score_batches(model, batcher, batches, device, dtype)
-    policy = cfg.eval_policy or train_cfg.eval_policy
-    rows = [{"aid": aid, "label": label, "score": score}
-            for aid, label, score in zip(scored["aid"], scored["label"], scored["score"])]
-    records = per_question_ranking(scored["qid"], scored["label"], scored["score"], policy=policy, ids=rows)
-    return dict(summary, policy=policy, rows=len(rows), metrics=summarise_ranking(records), output=cfg.output), records
+    return dict(summary, **figures, output=cfg.output), records
 
 
 def write_jsonl(records: list[dict], path: str) -> None:

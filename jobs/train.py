@@ -12,9 +12,9 @@ Transfer as in the GSAMN paper, pretraining on StackExchangeQA then fine-tuning 
 
 Running the same command again resumes the run from its latest checkpoint. Progress goes to stderr; the
 last line on stdout is one JSON object: model, steps, resumed_from_step, metrics (dev MAP, MRR, P@1; EM and F1;
-or accuracy), checkpoint, best (the best checkpoint by --select-metric), training_curve, tensorboard and
-examples_per_s (after the first step). Under `ray job submit -- python jobs/train.py ...` it trains on the
-cluster (add --use-gpu).
+or accuracy), checkpoint, best (the best checkpoint by --select-metric), test (with --test-split: that
+checkpoint's figures on the split), training_curve, tensorboard and examples_per_s (after the first step).
+Under `ray job submit -- python jobs/train.py ...` it trains on the cluster (add --use-gpu).
 """
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--embeddings", default="auto", help="word vectors to start from: a .npy of jobs/word_vectors.py; "
                                                         "'auto' (default): DATA/embeddings.npy when it exists; "
                                                         "'none': random, trained")
+    p.add_argument("--test-split", default=None, metavar="SPLIT",
+                   help="score SPLIT (e.g. test) once at the end with the best checkpoint's weights, as "
+                        "jobs/evaluate.py would: its figures are `test` in the summary, its per-question results "
+                        "SPLIT_predictions.jsonl in that checkpoint (or in the run folder)")
+    p.add_argument("--test-output", default=None, metavar="FILE",
+                   help="with --test-split: also copy the per-question results to FILE (JSON lines)")
     p.add_argument("--eval-policy", default="clean", choices=["clean", "strict", "raw"],
                    help="questions with no/only positives (qa_models/metrics.py)")
     p.add_argument("--log-every", type=int, default=20, help="log loss and throughput every N steps")
@@ -100,6 +106,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
         from qa_models.encoders import minilm_path
 
         encoder = minilm_path()
+    if args.test_output and not args.test_split:
+        p.error("--test-output needs --test-split")
     try:
         cfg = _config(args, encoder, overrides)
     except ValueError as error:
@@ -120,7 +128,7 @@ def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
                        log_every=args.log_every, grad_accumulation=args.grad_accumulation,
                        length_buckets=args.length_buckets,
                        precision=args.precision, eval_every=args.eval_every, select_metric=args.select_metric,
-                       model_overrides=overrides)
+                       test_split=args.test_split, model_overrides=overrides)
 
 
 def model_options(model_class, options: list[str], error) -> dict:
@@ -151,6 +159,19 @@ def model_options(model_class, options: list[str], error) -> dict:
     return overrides
 
 
+def fetch(source: str, destination: str) -> None:
+    """Copy the file `source` (a path or a pyarrow filesystem URI) to the local `destination`, whole (temporary
+    file, then rename)."""
+    import pyarrow.fs
+
+    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+    staged = f"{destination}.partial-{os.getpid()}"
+    filesystem, path = pyarrow.fs.FileSystem.from_uri(source if "://" in source else os.path.abspath(source))
+    pyarrow.fs.copy_files(path, staged, source_filesystem=filesystem,
+                          destination_filesystem=pyarrow.fs.LocalFileSystem())
+    os.replace(staged, destination)
+
+
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
@@ -162,6 +183,9 @@ def main(argv=None) -> int:
             manifest = read_manifest(cfg.data) if os.path.exists(os.path.join(cfg.data, "manifest.json")) else {}
             if manifest:
                 check_data_fits_model(cfg, manifest)
+                if cfg.test_split and cfg.test_split not in manifest["splits"]:
+                    raise ValueError(f"{cfg.data}: no {cfg.test_split!r} split to score (--test-split); it has "
+                                     f"{', '.join(sorted(manifest['splits']))}")
             vocab_size = manifest.get("vocab_size")
             shape = embeddings_shape(vectors, vocab_size) if vectors else None
             init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
@@ -183,6 +207,13 @@ def main(argv=None) -> int:
         shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}" for name, value in m.items()
                           if name != "questions" and value is not None)
         print(f"dev {shown}  over {m['questions']} questions", file=sys.stderr)
+    if summary.get("test"):
+        from jobs.evaluate import print_summary
+
+        print_summary(summary["test"])
+        if args.test_output:
+            fetch(summary["test"]["predictions"], args.test_output)
+            summary["test"]["output"] = args.test_output
     summary.pop("loss_curve", None)
     print(json.dumps(summary))
     return 0

@@ -82,6 +82,7 @@ class TrainConfig:
     precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp32), "fp32", "bf16", "fp16" (GPU)
     eval_every: int | None = None  # steps between dev evaluations; epoch ends and the last step always evaluate
     select_metric: str = "auto"  # the dev metric that picks the best checkpoint; auto: MAP, F1 or accuracy
+    test_split: str | None = None  # scored once at the end, with the best checkpoint's weights (a held-out split)
     model_overrides: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -459,6 +460,26 @@ def eval_batches(paths: list[str], batch_size: int, columns: list[str], length_k
             yield {name: values[start:start + batch_size] for name, values in pool.items()}
 
 
+def score_split(model, batcher: Batcher, paths: list[str], columns: list[str], cfg: TrainConfig, device,
+                dtype: torch.dtype | None = None, policy: str | None = None,
+                batch_size: int | None = None) -> tuple[dict, list[dict]]:
+    """`model` on a split's Parquet files: ({rows, metrics[, policy]}, one record per question), what
+    jobs/evaluate.py writes and what training reports for --test-split. Answer selection: AP, RR, P@1 and the
+    ranking of each question under `policy` (default: the run's); reading: the predicted span or candidate."""
+    from qa_models.metrics import per_question_ranking, summarise_ranking
+
+    batches = eval_batches(paths, batch_size or eval_batch_size(cfg, batcher.inputs), columns, batcher.length_key)
+    if batcher.inputs == "passages":
+        records = read_batches(model, batcher, batches, device, dtype)
+        return {"rows": len(records), "metrics": summarise_reading(records)}, records
+    scored = score_batches(model, batcher, batches, device, dtype)
+    policy = policy or cfg.eval_policy
+    rows = [{"aid": aid, "label": label, "score": score}
+            for aid, label, score in zip(scored["aid"], scored["label"], scored["score"])]
+    records = per_question_ranking(scored["qid"], scored["label"], scored["score"], policy=policy, ids=rows)
+    return {"policy": policy, "rows": len(rows), "metrics": summarise_ranking(records)}, records
+
+
 def in_file_order(values: list, positions: list) -> list:
     """`values` of length-sorted evaluation batches back in the order of the files (as they are without ROW)."""
     if not positions:
@@ -645,7 +666,7 @@ def train_loop_per_worker(config: dict) -> None:
     dev_paths, dev_columns = config["dev_paths"], config["dev_columns"]
     scalars = Scalars(cfg, resumed_from) if rank == 0 else None
 
-    def save(metrics: dict) -> None:
+    def save(metrics: dict, test: tuple[dict, list[dict]] | None = None) -> None:
         dev_metrics_now = metrics.get("dev") or {}
         score = dev_metrics_now.get(metric)
         metrics = dict(metrics, step=step, epoch=epoch, resumed_from_step=resumed_from, curve=curve,
@@ -661,6 +682,12 @@ def train_loop_per_worker(config: dict) -> None:
                      "config": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
                      "vocab_sha256": config["vocab_sha256"]}
             torch.save(state, os.path.join(directory, STATE_FILE))
+            if test:  # the held-out split's figures travel with the weights that earned them
+                from jobs.evaluate import write_jsonl
+
+                figures, records = test
+                write_jsonl(records, os.path.join(directory, predictions_name(cfg.test_split)))
+                metrics["test"] = dict(figures, split=cfg.test_split, step=step)
             with open(os.path.join(directory, "config.json"), "w") as f:
                 json.dump({"train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
                            "vocab_sha256": config["vocab_sha256"], "step": step, "dev": dev_metrics_now}, f,
@@ -762,10 +789,29 @@ def train_loop_per_worker(config: dict) -> None:
     timed = (step - warm[0], time.time() - warm[1]) if warm else (0, 0.0)
     examples_per_s = timed[0] * examples_per_step / timed[1] if timed[0] else None
     metrics = dev_metrics()
-    save({"dev": metrics, "final": True, "examples_per_s": examples_per_s})
+    test = None
+    if cfg.test_split and rank == 0 and best_so_far(metrics.get(metric), dev_history[:-1], metric):
+        figures, records = score_split(core, batcher, config["test_paths"], config["test_columns"], cfg, device, dtype)
+        _log(f"[train] step {step} {cfg.test_split} {json.dumps(figures['metrics'])}")
+        test = (figures, records)
+    save({"dev": metrics, "final": True, "examples_per_s": examples_per_s}, test)
     if rank == 0:
         _log(f"[train] done at step {step}")
         scalars.close()
+
+
+def best_so_far(score: float | None, earlier: list, metric: str) -> bool:
+    """Whether the last step's dev `score` is at least every earlier evaluation's (`dev_history` entries): then
+    the final weights are the run's best, and rank 0 scores --test-split with them in place. Otherwise the job
+    scores the best checkpoint afterwards (`held_out_figures`). No score (a dev set without figures): the final
+    weights, as the job would pick."""
+    if score is None:
+        return True
+    return all(score >= figures[metric] for _, figures in earlier if figures.get(metric) is not None)
+
+
+def predictions_name(split: str) -> str:
+    return f"{split}_predictions.jsonl"
 
 
 def batches_per_epoch_for(cfg: TrainConfig, train_rows: int) -> int:
@@ -815,6 +861,13 @@ def run(cfg: TrainConfig) -> dict:
     if train_rows // cfg.num_workers == 0:
         raise ValueError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers")
     dev_paths, dev_schema = shard_paths(os.path.abspath(cfg.data), "dev")
+    test_paths, test_columns = [], []
+    if cfg.test_split:
+        if cfg.test_split not in manifest["splits"]:
+            raise FileNotFoundError(f"{cfg.data}: manifest.json has no {cfg.test_split!r} split (--test-split); "
+                                    f"it has {', '.join(sorted(manifest['splits']))}")
+        test_paths, test_schema = shard_paths(os.path.abspath(cfg.data), cfg.test_split)
+        test_columns = test_schema.names
     total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
     vectors = embeddings_path(cfg)
     if vectors:
@@ -833,6 +886,7 @@ def run(cfg: TrainConfig) -> dict:
                            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
                            "train_row_groups": train_groups, "train_rows": train_rows,
                            "dev_paths": dev_paths, "dev_columns": dev_schema.names,
+                           "test_paths": test_paths, "test_columns": test_columns,
                            "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
@@ -857,6 +911,7 @@ def run(cfg: TrainConfig) -> dict:
         checkpoint, best_metrics = max(scored, key=lambda pair: pair[1][SCORE])
         best = {"checkpoint": checkpoint.path, "step": best_metrics["step"], "metric": metric,
                 "value": best_metrics[SCORE]}
+    test = held_out_figures(cfg, result, best) if cfg.test_split else None
     curve_png = run_dir(cfg) + "/training_curve.png"
     with tempfile.TemporaryDirectory() as directory:
         local = os.path.join(directory, "training_curve.png")
@@ -868,4 +923,29 @@ def run(cfg: TrainConfig) -> dict:
             "task": task, "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
             "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
-            "examples_per_s": metrics.get("examples_per_s"), "loss_curve": metrics.get("curve", [])}
+            "examples_per_s": metrics.get("examples_per_s"), "test": test, "loss_curve": metrics.get("curve", [])}
+
+
+def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
+    """--test-split scored with the best checkpoint's weights (the latest when dev gives no figure): rank 0's
+    figures at the last step when that step is the best (the records lie in its checkpoint); otherwise this process
+    scores the best checkpoint, as jobs/evaluate.py would, and puts the records in the run folder. Returns split,
+    step, checkpoint, rows, metrics (and policy), and `predictions`: where the per-question records are."""
+    final = result.metrics or {}
+    chosen = best["checkpoint"] if best else (result.checkpoint.path if result.checkpoint else None)
+    if chosen is None:
+        raise RuntimeError(f"{run_dir(cfg)}: the run left no checkpoint to score {cfg.test_split!r} with")
+    name = predictions_name(cfg.test_split)
+    if final.get("test") and (best is None or best["step"] == final["test"]["step"]):
+        return dict(final["test"], checkpoint=result.checkpoint.path,
+                    predictions=result.checkpoint.path.rstrip("/") + "/" + name)
+    from jobs.evaluate import EvaluateConfig, evaluate_checkpoint, write_jsonl
+
+    summary, records = evaluate_checkpoint(EvaluateConfig(checkpoint=chosen, data=cfg.data, split=cfg.test_split))
+    _log(f"[train] best checkpoint (step {summary['step']}) {cfg.test_split} {json.dumps(summary['metrics'])}")
+    destination = run_dir(cfg) + "/" + name
+    with tempfile.TemporaryDirectory() as directory:
+        write_jsonl(records, os.path.join(directory, name))
+        publish(os.path.join(directory, name), destination)
+    figures = {k: summary[k] for k in ("policy", "rows", "metrics") if k in summary}
+    return dict(figures, split=cfg.test_split, step=summary["step"], checkpoint=chosen, predictions=destination)

@@ -64,6 +64,11 @@ def test_training_precision_accumulation_and_selection_options():
     assert result.returncode == 2 and "at least 1" in result.stderr
     cfg = json.loads(_job("evaluate.py", "--checkpoint", "runs/x", "--data", "d", "--dry-run").stdout)
     assert cfg["split"] == "test" and cfg["which"] == "best"
+    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--test-split", "test", "--test-output",
+                          "p.jsonl", "--dry-run").stdout)
+    assert cfg["test_split"] == "test"
+    result = _job("train.py", "--model", "gsamn", "--data", "d", "--test-output", "p.jsonl", "--dry-run")
+    assert result.returncode == 2 and "--test-output needs --test-split" in result.stderr
 
 
 def test_crawl_sources_options_and_their_errors(tmp_path):

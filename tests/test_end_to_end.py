@@ -323,7 +323,7 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     data = tokenised[0]
     cfg = TrainConfig(model="gsamn", data=data, storage_path=str(tmp_path), name="acc", max_steps=24, dim=16,
                       batch_size=8, grad_accumulation=3, eval_every=6, keep_checkpoints=1, log_every=3, seed=2,
-                      lr=3e-3, length_buckets=4)
+                      lr=3e-3, length_buckets=4, test_split="test")
     assert batches_per_epoch_for(cfg, tokenised[1]["splits"]["train"]["rows"]) > 3 * 24  # no epoch end inside
     summary = run(cfg)
     assert summary["steps"] == 24
@@ -354,6 +354,22 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     for record in kept_records:
         scores = [c["score"] for c in record["ranking"]]
         assert scores == sorted(scores, reverse=True) and len(scores) == record["candidates"]
+
+    # --test-split: the best checkpoint's test figures and records, whether rank 0 scored them at the last step
+    # (the best one) or the job scored an earlier best checkpoint afterwards; both are what evaluate.py gives
+    scored, scored_records = evaluate_checkpoint(EvaluateConfig(checkpoint=str(run_dir), data=data, split="test"))
+    test = summary["test"]
+    assert test["step"] == best_step and test["checkpoint"] == best["checkpoint"] and test["split"] == "test"
+    assert test["metrics"] == scored["metrics"] and test["rows"] == scored["rows"]
+    assert [json.loads(line) for line in open(test["predictions"])] == json.loads(json.dumps(scored_records))
+    if best_step != 24:  # the other branch, directly: the job scoring an earlier best checkpoint
+        assert test["predictions"] == str(run_dir / "test_predictions.jsonl")
+    import ray.train
+
+    from jobs.train_loop import held_out_figures
+
+    earlier = held_out_figures(cfg, ray.train.Result.from_path(str(run_dir)), dict(best, step=-1))
+    assert earlier["metrics"] == scored["metrics"] and earlier["checkpoint"] == best["checkpoint"]
 
     output = tmp_path / "test.jsonl"
     assert evaluate_main(["--checkpoint", str(run_dir), "--which", "latest", "--data", data, "--split", "test",
