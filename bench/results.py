@@ -6,9 +6,10 @@
 Every figure in the report comes from a command this script ran and records beside it: the data preparation
 (jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
 (`ROWS`) and each seed `python jobs/train.py ... --test-split test` (the job scores its best checkpoint on the
-row's test split, as `jobs/evaluate.py` would, without a second process loading torch), or `python jobs/zero_shot.py
-...` for the zero-shot bi-encoder, and `python bench/encoders.py` for the efficiency plots. The commands run as they are written, as subprocesses, joined to one local Ray instance that this script
-starts (RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
+row's test split, as `jobs/evaluate.py` would, without a second process loading torch), or `python
+jobs/zero_shot.py ...` for the zero-shot bi-encoder, and `python bench/encoders.py` for the efficiency plots.
+The commands run as they are written, as subprocesses, joined to one local Ray instance that this script starts
+(RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
 start-up. Each run's record (commands, seed, resolved configuration, dev and test metrics, the sha256 of the
 checkpoint it scored, seconds) is appended to OUT/runs.json as it finishes, so a crashed or interrupted report
 resumes where it stopped; --report-only rewrites the report from that file.
@@ -123,15 +124,16 @@ class Row:
 # 10 s of CPU to start (the job, Ray Train's controller and its worker each import torch and Ray) and scores test
 # in the training job itself (--test-split), so the plan has as few runs as the papers' comparisons need, three
 # seeds each, and each run short: MiniLM sees 1,024 WikiQA pairs (about 50 s of training at 20 pairs/s on a quiet
-# core, beside about 45 s scoring dev and test).
+# core, beside about 45 s scoring dev and test); with two lanes a cross-encoder run took 147-159 s in the last
+# full invocation (51 minutes in all), and at 48 steps its test MAP fell to 0.53-0.61 (0.64 at 64 steps).
 MINILM_STEPS, MINILM_BATCH = 64, 16
 MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--max-steps",
           str(MINILM_STEPS), "--length-buckets", "8"]
 WORDS = ["--length-buckets", "8", "--epochs", "1"]
 # DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
-# blocks, 50 character filters and 32 steps keep each run near a minute. K scales with the context: the paper's
-# K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140 tokens, so K = 32 (with
-# K >= L nothing is selected, and ablation (d) would change nothing).
+# blocks, 50 character filters and 32 steps keep each run near a minute (48-55 s with two lanes). K scales with
+# the context: the paper's K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140
+# tokens, so K = 32 (with K >= L nothing is selected, and ablation (d) would change nothing).
 DYNSAN_STEPS, DYNSAN_BATCH = 32, 16
 DYNSAN = ["--batch-size", str(DYNSAN_BATCH), "--max-steps", str(DYNSAN_STEPS), "--length-buckets", "8",
           "--model-option", "dim=64",
@@ -661,7 +663,8 @@ def report_rows(ledger: Ledger) -> list[Row]:
 def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None:
     figures_dir = os.path.join(os.path.dirname(os.path.abspath(report)), "results")
     os.makedirs(figures_dir, exist_ok=True)
-    plot_answer_selection(rows, ledger, os.path.join(figures_dir, "answer_selection.png"))
+    if any(r.section in ("wikiqa", "trecqa") for r in rows):  # a subset (--only 'squad/*') may have none
+        plot_answer_selection(rows, ledger, os.path.join(figures_dir, "answer_selection.png"))
     if any(r.section == "squad" for r in rows):
         plot_reading(rows, ledger, os.path.join(figures_dir, "dynsan_ablations.png"))
     efficiency_path = os.path.join(out, "encoders.json")
@@ -766,7 +769,9 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
                 lines.append(f"| {what} | {metric} | - | {paper} | not run |")
                 continue
             diff, spread = a[0] - b[0], ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
-            if abs(diff) <= spread:
+            if by_id[with_it].section == "squad" and min(a[0], b[0]) < 10:  # see the DynSAN section
+                verdict = "no evidence: F1 under 10"
+            elif abs(diff) <= spread:
                 verdict = "within noise"
             elif pa is None or pb is None:
                 verdict = "better" if diff > 0 else "worse"

@@ -73,6 +73,22 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     assert (report.parent / "results" / "dynsan_ablations.png").stat().st_size > 1000
 
 
+def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    out.mkdir()
+    ledger = results.Ledger(str(out / "runs.json"))
+    for seed in range(3):
+        ledger.add(f"squad-dynsan-seed{seed}", dict(_record("squad/dynsan", seed, {"em": 0.02, "f1": 0.06}),
+                                                    split="dev"))
+        ledger.add(f"squad-dynsan-no-cross-seed{seed}",
+                   dict(_record("squad/dynsan-no-cross", seed, {"em": 0.03, "f1": 0.08 + seed / 1000}), split="dev"))
+    rows = [r for r in results.ROWS if r.id in ("squad/dynsan", "squad/dynsan-no-cross")]
+    results.write_report(rows, ledger, str(out), str(report))
+    text = report.read_text()
+    assert "barely begun to learn (F1 6.0, under 10" in text
+    assert "| DynSAN: cross-passage blocks (a) | f1 | -2.1 ± 0.1 | +9.4 | no evidence: F1 under 10 |" in text
+
+
 def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_path):
     extra = [r for r in results.ROWS if r.extra]
     ids = lambda rows: {r.id for r in rows}  # noqa: E731
