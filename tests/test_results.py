@@ -109,6 +109,13 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
     assert all(f"| {r.label} ({r.source}) | {r.extra} |" in missing for r in extra)
     ledger.add("trecqa-iarnn-occam-word-seed0", _record("trecqa/iarnn-occam-word", 0, {"map": 0.6, "mrr": 0.7}))
     assert [r.id for r in results.report_rows(ledger) if r.extra] == ["trecqa/iarnn-occam-word"]
+    # a full invocation's time counts its own runs; a row outside the hour run later is said to be apart
+    ledger.add("wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.6, "mrr": 0.7}))
+    ledger.add("meta", {"commit": "abc", "wall_s": 3000.0, "data_wall_s": 200.0, "lanes": 2,
+                        "finished": "2026-11-24", "machine": "2 cores"})
+    results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
+    assert "1 runs; the last invocation took 50 minutes" in report.read_text()
+    assert "1 more, of rows outside the hour, ran in invocations of their own" in report.read_text()
 
 
 def test_efficiency_plots_come_from_the_benchmark_cases(tmp_path):
