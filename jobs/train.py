@@ -44,7 +44,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept on storage")
     p.add_argument("--num-workers", type=int, default=1, help="Ray Train workers (data-parallel replicas)")
     p.add_argument("--cpus-per-worker", type=float, default=None, help="CPUs each worker reserves (default: "
-                                                                       "sized from the cluster, one CPU left for data)")
+                                                                       "sized from the cluster, one CPU left for data; "
+                                                                       "where the workers take every CPU, Ray Data's "
+                                                                       "reads share their cores)")
     p.add_argument("--use-gpu", action="store_true", help="one GPU per worker, NCCL all-reduce")
     p.add_argument("--gpus-per-worker", type=float, default=1.0, help="GPUs each worker reserves with --use-gpu")
     p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts before the run fails")

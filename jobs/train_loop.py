@@ -728,7 +728,7 @@ def train_loop_per_worker(config: dict) -> None:
         micro, step_loss = 0, 0.0
         evaluated_at, last_dev = None, {}
         batches = epoch_batches(train_groups, first_row, end_row, cfg, epoch, rank, batcher.length_key, skip,
-                                "qid" if batcher.pairwise else None)
+                                "qid" if batcher.pairwise else None, config.get("read_cpus", 1.0))
         for index, batch in batches:
             seed_micro_batch(cfg.seed, rank, epoch, index)
             inputs, labels = batcher(batch, train=True)
@@ -877,6 +877,9 @@ def run(cfg: TrainConfig) -> dict:
     cpus = float(ray.cluster_resources().get("CPU", 1))
     per_worker = cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
     resources = {"CPU": per_worker}
+    # The workers' Ray Data reads need a CPU of their own; where the workers reserve the whole cluster (one worker
+    # with every core of a laptop) the reads reserve none rather than wait forever, and share the workers' cores.
+    read_cpus = max(0.0, min(1.0, cpus - per_worker * cfg.num_workers))
     if cfg.use_gpu:
         resources["GPU"] = cfg.gpus_per_worker
     storage = os.path.abspath(cfg.storage_path) if "://" not in cfg.storage_path else cfg.storage_path
@@ -891,7 +894,7 @@ def run(cfg: TrainConfig) -> dict:
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
                            "vocab_sha256": manifest.get("vocab_sha256"),
-                           "max_context": manifest.get("max_context_tokens")},
+                           "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(

@@ -131,11 +131,11 @@ def ordered_execution():
     return options
 
 
-def read_pieces(pieces):
-    """The rows of `pieces` as a Ray Dataset that keeps their order."""
+def read_pieces(pieces, read_cpus: float = 1.0):
+    """The rows of `pieces` as a Ray Dataset that keeps their order; each read task reserves `read_cpus`."""
     import ray.data
 
-    dataset = ray.data.read_datasource(_pieces_datasource()(pieces))
+    dataset = ray.data.read_datasource(_pieces_datasource()(pieces), ray_remote_args={"num_cpus": read_cpus})
     dataset.context.execution_options = ordered_execution()
     return dataset
 
@@ -173,18 +173,18 @@ def cut_pool(columns: dict, batch_size: int, rng: np.random.Generator, length_ke
 
 
 def epoch_batches(groups, start: int, stop: int, cfg, epoch: int, rank: int, length_key=None, skip: int = 0,
-                  group: str | None = None):
+                  group: str | None = None, read_cpus: float = 1.0):
     """(index, numpy batch) of an epoch over rows [start, stop) of `groups`, from micro-batch `skip` on: the row
     groups in the epoch's order (`epoch_pieces`), then pools of `pool_batches(cfg)` batches through `cut_pool`
     (length-bucketed when --length-buckets is above 1; `group` rows kept together). Reading starts at the pool
-    holding batch `skip`."""
+    holding batch `skip`; its read tasks reserve `read_cpus` each."""
     per_pool = pool_batches(cfg)
     first_pool = skip // per_pool
     pieces = drop_rows(epoch_pieces(groups, start, stop, cfg.seed, epoch, rank), first_pool * per_pool * cfg.batch_size)
     if not pieces:
         return
     key = length_key if cfg.length_buckets > 1 else None
-    pools = read_pieces(pieces).iter_batches(batch_size=per_pool * cfg.batch_size, batch_format="numpy")
+    pools = read_pieces(pieces, read_cpus).iter_batches(batch_size=per_pool * cfg.batch_size, batch_format="numpy")
     for number, pool in enumerate(pools, start=first_pool):
         rng = np.random.default_rng([cfg.seed, epoch, rank, number])
         for k, batch in enumerate(cut_pool(pool, cfg.batch_size, rng, key, group)):

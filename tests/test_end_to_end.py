@@ -270,6 +270,25 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
 
 
+def test_a_worker_that_reserves_every_cpu_still_gets_its_data(tokenised, tmp_path):
+    """One worker with every core of a laptop (`--cpus-per-worker 2` on 2 CPUs) leaves none for Ray Data's read
+    tasks, which used to wait for a free CPU forever; the reads now reserve none and share the worker's cores."""
+    command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", tokenised[0],
+               "--storage-path", str(tmp_path), "--name", "all-cores", "--max-steps", "6", "--dim", "16",
+               "--num-cpus", "2", "--cpus-per-worker", "2"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        proc.wait()
+        pytest.fail("a run whose worker reserves every CPU hung waiting for Ray Data's reads")
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 6 and summary["metrics"]["map"] is not None
+
+
 def test_lost_worker_and_lost_node_cost_nothing_but_time(tokenised, tmp_path):
     """bench/fault_tolerance.py on a simulated three-node cluster (ray.cluster_utils.Cluster, two training workers
     on nodes of their own, one spare): a SIGKILLed training worker, then a removed node, each after the run's
