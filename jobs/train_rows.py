@@ -135,7 +135,7 @@ def read_pieces(pieces, read_cpus: float = 1.0):
     """The rows of `pieces` as a Ray Dataset that keeps their order; each read task reserves `read_cpus`."""
     import ray.data
 
-    dataset = ray.data.read_datasource(_pieces_datasource()(pieces), ray_remote_args={"num_cpus": read_cpus})
+    dataset = ray.data.read_datasource(_pieces_datasource()(pieces), num_cpus=read_cpus)
     dataset.context.execution_options = ordered_execution()
     return dataset
 
