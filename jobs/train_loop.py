@@ -728,7 +728,7 @@ def train_loop_per_worker(config: dict) -> None:
         micro, step_loss = 0, 0.0
         evaluated_at, last_dev = None, {}
         batches = epoch_batches(train_groups, first_row, end_row, cfg, epoch, rank, batcher.length_key, skip,
-                                "qid" if batcher.pairwise else None, config.get("read_cpus", 1.0))
+                                "qid" if batcher.pairwise else None, config["read_cpus"])
         for index, batch in batches:
             seed_micro_batch(cfg.seed, rank, epoch, index)
             inputs, labels = batcher(batch, train=True)
