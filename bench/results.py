@@ -1,7 +1,8 @@
 """Reproduce the papers where the data is here, and write the report: docs/results.md with its plots.
 
-    python bench/results.py [--out out/results] [--report docs/results.md] [--seeds 0,1,2] [--lanes 2]
-        [--only PATTERN] [--skip-efficiency] [--report-only] [--dry-run]
+    python bench/results.py [--profile full|hour] [--out out/results] [--ledger docs/results/ledger.json]
+        [--report docs/results.md] [--seeds 0,1,2] [--lanes 2] [--only PATTERN] [--skip-efficiency]
+        [--report-only] [--dry-run]
 
 Every figure in the report comes from a command this script ran and records beside it: the data preparation
 (jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
@@ -10,13 +11,17 @@ row's test split, as `jobs/evaluate.py` would, without a second process loading 
 jobs/zero_shot.py ...` for the zero-shot bi-encoder, and `python bench/encoders.py` for the efficiency plots.
 The commands run as they are written, as subprocesses, joined to one local Ray instance that this script starts
 (RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
-start-up. Each run's record (commands, seed, resolved configuration, dev and test metrics, the sha256 of the
-checkpoint it scored, seconds) is appended to OUT/runs.json as it finishes, so a crashed or interrupted report
-resumes where it stopped; --report-only rewrites the report from that file.
+start-up.
 
-The plan is sized for this project's CI machine (2 cores, no GPU): the whole report in under an hour, each row
-with the fewest steps that still learn, and three seeds. Rows say which need a GPU to match the paper's scale.
-The papers' figures are quoted in `ROWS` with their table; missing data sets are listed in `MISSING`.
+Two profiles: `full` trains every answer-selection row with its paper's recipe until dev MAP stops improving (at
+most 5 epochs of all the training pairs), three seeds for the WikiQA headline rows; `hour` is the plan sized to
+regenerate in under an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps that
+still learn. Each run's record (commands, the recipe they resolve to, seed, resolved configuration, dev and test
+figures, the sha256 of the checkpoint it scored, seconds, commit) goes into the ledger as it finishes. The ledger
+is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
+machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
+again, and nothing else does; --report-only rewrites the report from the ledger. The papers' figures are quoted
+in `ROWS` with their table; missing data sets are listed in `MISSING`.
 """
 from __future__ import annotations
 
@@ -102,7 +107,7 @@ def link_squad(out: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- the plan
-@dataclass
+@dataclass(eq=False)  # rows compare and hash by identity: each is one line of the plan
 class Row:
     """One line of the report: a model on a data set, trained and evaluated once per seed."""
     id: str
@@ -118,6 +123,29 @@ class Row:
     seeds: tuple = SEEDS
     split: str = "test"
     extra: str = ""  # why the row is left out of the hour's plan (it runs with --only or --all)
+    full: list[str] | None = None  # the options of the full profile (None: the row is not in it)
+    full_seeds: tuple = SEEDS
+    revision: int = 0  # raised when what the row's commands do changes without the commands changing
+
+    def seeds_of(self, profile: str, seeds: tuple = SEEDS) -> tuple:
+        """The seeds of this row in `profile`; multi-seed rows take the invocation's --seeds."""
+        own = self.full_seeds if profile == "full" else self.seeds
+        return own if len(own) == 1 else seeds
+
+    def options_of(self, profile: str) -> list[str]:
+        return self.full if profile == "full" else self.options
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row trained (or scored) once: its seed and profile, and the name of its run folder and ledger entry."""
+    row: Row
+    seed: int
+    profile: str = "hour"
+
+    @property
+    def name(self) -> str:
+        return run_name(self.row, self.seed, self.profile)
 
 
 # The hour's budget on 2 cores, which the runs keep busy (a third lane ran no faster than two). A run pays about
@@ -134,6 +162,12 @@ MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MIN
 MINILM_EPOCHS = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--epochs", "3",
                  "--length-buckets", "8", "--cpus-per-worker", "2"]
 WORDS = ["--length-buckets", "8", "--epochs", "1"]
+# The full profile: every answer-selection row trained with its paper's recipe until dev MAP stops improving, at
+# most 5 epochs of all the training pairs, dev scored at every epoch end, stopping after 2 epochs without a new
+# best; the best dev checkpoint is scored on test. Batch, optimiser and schedule are each recipe's.
+FULL_EPOCHS, FULL_PATIENCE = 5, 2
+FULL = ["--length-buckets", "8", "--epochs", str(FULL_EPOCHS), "--patience", str(FULL_PATIENCE)]
+MINILM_FULL = ["--encoder-path", "minilm", "--max-len", "64", *FULL]
 # DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
 # blocks, 50 character filters and 32 steps keep each run near a minute (48-55 s with two lanes). K scales with
 # the context: the paper's K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140
@@ -155,47 +189,53 @@ GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
 IARNN_T2, IARNN_T4 = "IARNN Table 2", "IARNN Table 4 (clean, small TRAIN)"
 ROWS = [
     # WikiQA: the practitioner's alternatives, then GSAMN's Table 2 with MiniLM in BERT's place
-    Row("wikiqa/minilm-zero-shot", "wikiqa", "MiniLM bi-encoder, zero-shot (cosine)", "wikiqa", None, seeds=(0,)),
+    Row("wikiqa/minilm-zero-shot", "wikiqa", "MiniLM bi-encoder, zero-shot (cosine)", "wikiqa", None, seeds=(0,),
+        full=[], full_seeds=(0,)),
     Row("wikiqa/minilm-cross-encoder", "wikiqa", "MiniLM cross-encoder, fine-tuned ([BERT] of Table 2)", "wikiqa",
-        "bert", MINILM, {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT", GPU_MINILM),
+        "bert", MINILM, {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT", GPU_MINILM, full=MINILM_FULL),
     Row("wikiqa/minilm-cross-encoder-3-epochs", "wikiqa",
         "MiniLM cross-encoder, fine-tuned 3 epochs (outside the hour)", "wikiqa", "bert", MINILM_EPOCHS,
         {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT",
         "BERT-base (110M) in place of MiniLM-L6 (22M), 3 epochs as here", seeds=(0,), extra=CROSS_ENCODER_EXTRA),
     Row("wikiqa/minilm-transformers", "wikiqa", "MiniLM + 2 Transformer layers", "wikiqa", "bert-transformer", MINILM,
-        {"map": 0.813, "mrr": 0.828}, GSAMN_T2 + ": BERT + Transformers", GPU_MINILM),
+        {"map": 0.813, "mrr": 0.828}, GSAMN_T2 + ": BERT + Transformers", GPU_MINILM, full=MINILM_FULL),
     Row("wikiqa/minilm-gsamn", "wikiqa", "MiniLM + GSAMN", "wikiqa", "gsamn", MINILM,
-        {"map": 0.821, "mrr": 0.832}, GSAMN_T2 + ": BERT + GSAMN", GPU_MINILM),
+        {"map": 0.821, "mrr": 0.832}, GSAMN_T2 + ": BERT + GSAMN", GPU_MINILM, full=MINILM_FULL),
     Row("seqa/minilm-gsamn-pretrain", "pretrain", "MiniLM + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
         "gsamn", ["--encoder-path", "minilm", "--max-len", "96", "--batch-size", "16", "--max-steps", "64",
-                  "--length-buckets", "8"], seeds=(0,), split="test"),
+                  "--length-buckets", "8"], seeds=(0,), split="test",
+        full=["--encoder-path", "minilm", "--max-len", "96", *FULL], full_seeds=(0,)),
     Row("wikiqa/minilm-gsamn-transfer", "wikiqa", "MiniLM + GSAMN + transfer from StackExchangeQA", "wikiqa", "gsamn",
         MINILM, {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
         GPU_MINILM + "; transfer from all of Stack Exchange (10.5M pairs, about a GPU-day) against one "
         "4k-pair site here",
-        init_from="seqa/minilm-gsamn-pretrain"),
+        init_from="seqa/minilm-gsamn-pretrain", full=MINILM_FULL),
     # WikiQA with word vectors: the other papers' encoders
-    Row("wikiqa/ggsa", "wikiqa", "GGSA (max-pooling, pairwise)", "wikiqa", "ggsa", WORDS, gpu=GPU_WORDS),
-    Row("wikiqa/iggsa", "wikiqa", "iGGSA (max-pooling, pairwise)", "wikiqa", "iggsa", WORDS, gpu=GPU_WORDS),
-    Row("wikiqa/ctrn", "wikiqa", "CTRN", "wikiqa", "ctrn", WORDS, gpu=GPU_WORDS),
+    Row("wikiqa/ggsa", "wikiqa", "GGSA (max-pooling, pairwise)", "wikiqa", "ggsa", WORDS, gpu=GPU_WORDS, full=FULL),
+    Row("wikiqa/iggsa", "wikiqa", "iGGSA (max-pooling, pairwise)", "wikiqa", "iggsa", WORDS, gpu=GPU_WORDS,
+        full=FULL),
+    Row("wikiqa/ctrn", "wikiqa", "CTRN", "wikiqa", "ctrn", WORDS, gpu=GPU_WORDS, full=FULL),
     Row("wikiqa/iarnn-word", "wikiqa", "IARNN-word", "wikiqa", "iarnn-word", WORDS,
-        {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, GPU_WORDS),
+        {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, GPU_WORDS, full=FULL),
     Row("wikiqa/iarnn-occam-word", "wikiqa", "IARNN-Occam (word)", "wikiqa", "iarnn-occam-word", WORDS,
-        {"map": 0.7121, "mrr": 0.7318}, IARNN_T2, GPU_WORDS, extra=OCCAM_EXTRA),
+        {"map": 0.7121, "mrr": 0.7318}, IARNN_T2, GPU_WORDS, extra=OCCAM_EXTRA, full=FULL),
     Row("wikiqa/iarnn-context", "wikiqa", "IARNN-context", "wikiqa", "iarnn-context", WORDS,
-        {"map": 0.7182, "mrr": 0.7339}, IARNN_T2, GPU_WORDS),
+        {"map": 0.7182, "mrr": 0.7339}, IARNN_T2, GPU_WORDS, full=FULL),
     Row("wikiqa/iarnn-occam-context", "wikiqa", "IARNN-Occam (context)", "wikiqa", "iarnn-occam-context", WORDS,
-        {"map": 0.7341, "mrr": 0.7418}, IARNN_T2, GPU_WORDS),
+        {"map": 0.7341, "mrr": 0.7418}, IARNN_T2, GPU_WORDS, full=FULL),
     Row("wikiqa/iarnn-gate", "wikiqa", "IARNN-gate", "wikiqa", "iarnn-gate", WORDS,
-        {"map": 0.7258, "mrr": 0.7394}, IARNN_T2, GPU_WORDS),
-    # TrecQA: TRAIN (94 questions), clean dev/test
+        {"map": 0.7258, "mrr": 0.7394}, IARNN_T2, GPU_WORDS, full=FULL),
+    # TrecQA: TRAIN (94 questions), clean dev/test; CTRN reads the four word-overlap features there, as its paper
     Row("trecqa/ctrn", "trecqa", "CTRN", "trecqa", "ctrn", ["--length-buckets", "8", "--epochs", "1"],
-        {"map": 0.7582, "mrr": 0.8233}, "CTRN Table 6 (TRAIN)", GPU_WORDS),
+        {"map": 0.7582, "mrr": 0.8233}, "CTRN Table 6 (TRAIN)", GPU_WORDS,
+        full=[*FULL, "--model-option", "overlap_features=true"]),
     Row("trecqa/qrnn", "trecqa", "QRNN (CTRN without crossing)", "trecqa", "qrnn",
-        ["--length-buckets", "8", "--epochs", "1"], {"map": 0.7000, "mrr": 0.7859}, "CTRN Table 6 (TRAIN)", GPU_WORDS),
+        ["--length-buckets", "8", "--epochs", "1"], {"map": 0.7000, "mrr": 0.7859}, "CTRN Table 6 (TRAIN)", GPU_WORDS,
+        full=[*FULL, "--model-option", "overlap_features=true"]),
     *[Row(f"trecqa/{m}", "trecqa", label, "trecqa", m, ["--length-buckets", "8", "--epochs", "1",
                                                          "--model-option", "hidden=80", "--model-option", "margin=0.1"],
-          paper, IARNN_T4, GPU_WORDS, extra=extra)
+          paper, IARNN_T4, GPU_WORDS, extra=extra,
+          full=[*FULL, "--model-option", "hidden=80", "--model-option", "margin=0.1"])
       for m, label, paper, extra in (
           ("iarnn-word", "IARNN-word", {"map": 0.7098, "mrr": 0.7757}, ""),
           ("iarnn-occam-word", "IARNN-Occam (word)", {"map": 0.7162, "mrr": 0.7916}, OCCAM_EXTRA),
@@ -258,28 +298,39 @@ MISSING = [
 
 
 # ------------------------------------------------------------------------------------------------- commands
-def run_name(row: Row, seed: int) -> str:
-    return f"{row.id.replace('/', '-')}-seed{seed}"
+def run_name(row: Row, seed: int, profile: str = "hour") -> str:
+    """The run folder and ledger key: the hour's runs as they always were named, the full profile's prefixed."""
+    return ("full-" if profile == "full" else "") + f"{row.id.replace('/', '-')}-seed{seed}"
 
 
 def data_folder(out: str, key: str) -> str:
     return os.path.join(out, "data", key)
 
 
-def commands(row: Row, seed: int, out: str) -> list[list[str]]:
-    """The argv lists (after `python`) that produce this row's figures for one seed."""
+def source_run(row: Row, profile: str) -> Run | None:
+    """The run a fine-tuning row starts from: its source row's first seed, in the same profile."""
+    if not row.init_from:
+        return None
+    source = next(r for r in ROWS if r.id == row.init_from)
+    return Run(source, source.seeds_of(profile)[0], profile)
+
+
+def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[str]]:
+    """The argv lists (after `python`) that produce this row's figures for one seed in `profile`."""
     data = data_folder(out, row.data)
-    predictions = os.path.join(out, "predictions", run_name(row, seed) + ".jsonl")
+    name = run_name(row, seed, profile)
+    predictions = os.path.join(out, "predictions", name + ".jsonl")
     if row.model is None:
         return [["jobs/zero_shot.py", "--data", data, "--split", row.split, "--encoder-path", "minilm",
                  "--output", predictions]]
     runs = os.path.join(out, "runs")
-    cpus = [] if "--cpus-per-worker" in row.options else ["--cpus-per-worker", "1"]  # a lane's one CPU by default
+    options = row.options_of(profile)
+    cpus = [] if "--cpus-per-worker" in options else ["--cpus-per-worker", "1"]  # a lane's one CPU by default
     train = ["jobs/train.py", "--model", row.model, "--data", data, "--storage-path", runs, "--name",
-             run_name(row, seed), "--seed", str(seed), *cpus, "--log-every", "10", *row.options]
-    if row.init_from:
-        source = next(r for r in ROWS if r.id == row.init_from)
-        train += ["--init-from", os.path.join(runs, run_name(source, source.seeds[0]))]
+             name, "--seed", str(seed), *cpus, "--log-every", "10", *options]
+    source = source_run(row, profile)
+    if source:
+        train += ["--init-from", os.path.join(runs, source.name)]
     if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
         train += ["--test-split", row.split, "--test-output", predictions]
     return [train]
@@ -335,26 +386,43 @@ def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
     raise RuntimeError(f"{shown(argv)} printed no JSON summary on stdout; see {log.name}")
 
 
-def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> dict:
+def plan_of(run: Run, out: str) -> dict:
+    """What decides a run's figures, compared with its ledger record to tell whether it must run again: its
+    commands, the recipe they resolve to (a recipe changed in the code changes the plan though the commands do
+    not), and the row's revision."""
+    argvs = commands(run.row, run.seed, out, run.profile)
+    plan = {"commands": [shown(a) for a in argvs], "revision": run.row.revision}
+    if argvs[0][0] == "jobs/train.py":
+        from jobs import train
+        from jobs.train_loop import RECIPE_FIELDS
+
+        cfg, _ = train.parse_args(argvs[0][1:])
+        plan["recipe"] = {name: getattr(cfg, name) for name in ("recipe",) + RECIPE_FIELDS + ("recipe_options",)}
+    return json.loads(json.dumps(plan))  # as the ledger stores it (tuples become lists)
+
+
+def run_one(run: Run, out: str, env: dict, ledger: Ledger) -> dict:
     from pipelines.tokenize import _sha256
 
-    key = run_name(row, seed)
-    argvs = commands(row, seed, out)
-    # A run folder left by an interrupted run resumes only under the same commands; another plan starts afresh.
+    row, seed, key = run.row, run.seed, run.name
+    argvs = commands(row, seed, out, run.profile)
+    planned = plan_of(run, out)
+    # A run folder left by an interrupted run resumes only under the same plan; another plan starts afresh.
     plan = os.path.join(out, "runs", key + ".plan.json")
     if os.path.exists(plan):
         with open(plan) as f:
-            if json.load(f) != [shown(a) for a in argvs]:
+            if json.load(f) != planned:
                 shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     with open(plan, "w") as f:
-        json.dump([shown(a) for a in argvs], f)
+        json.dump(planned, f)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     started = time.time()
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
         summaries = [_run(argv, env, log) for argv in argvs]
     seconds = time.time() - started
-    record = {"row": row.id, "seed": seed, "commands": [shown(a) for a in argvs], "seconds": round(seconds, 1)}
+    record = {"row": row.id, "seed": seed, "profile": run.profile, "commands": planned["commands"], "plan": planned,
+              "seconds": round(seconds, 1), "commit": git_commit(), "finished": datetime.date.today().isoformat()}
     if row.model is None:
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
     else:
@@ -366,7 +434,8 @@ def run_row_seed(row: Row, seed: int, out: str, env: dict, ledger: Ledger) -> di
         with open(os.path.join(checkpoint, "config.json")) as f:
             config = json.load(f)
         record.update(split=row.split, test=figures, dev=(train.get("best") or {}),
-                      steps=train.get("steps"), examples_per_s=train.get("examples_per_s"),
+                      steps=train.get("steps"), stopped_early=train.get("stopped_early", False),
+                      examples_per_s=train.get("examples_per_s"),
                       checkpoint=os.path.relpath(checkpoint, out),
                       checkpoint_sha256=_sha256(os.path.join(checkpoint, "state.pt")),
                       config=config["train"], model_config=config["model_config"])
@@ -401,18 +470,53 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
     return time.time() - started if chains else 0.0
 
 
-def selected_rows(patterns: list[str], everything: bool = False) -> list[Row]:
-    """The hour's plan (rows without `extra`); with `patterns`, the rows they match, extra ones included; with
-    `everything`, every row."""
+def selected_rows(patterns: list[str], everything: bool = False, profile: str = "hour") -> list[Row]:
+    """The profile's plan: the hour's rows without `extra`, or the rows with full-profile options; with `patterns`,
+    the rows they match (in the hour, extra ones included); with `everything`, every row of the profile. Rows
+    they fine-tune from come along."""
+    if profile == "full":
+        candidates = [r for r in ROWS if r.full is not None]
+        plan = candidates
+    else:
+        candidates = ROWS
+        plan = [r for r in ROWS if everything or not r.extra]
     if not patterns:
-        return [r for r in ROWS if everything or not r.extra]
-    chosen = [r for r in ROWS if any(fnmatch.fnmatch(r.id, p) for p in patterns)]
+        chosen = plan
+    else:
+        chosen = [r for r in candidates if any(fnmatch.fnmatch(r.id, p) for p in patterns)]
     needed = {r.init_from for r in chosen if r.init_from}
-    return [r for r in ROWS if r in chosen or r.id in needed]
+    return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger) -> float:
-    """Pretraining first, then every other (row, seed) `lanes` at a time, the longest rows first."""
+def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Ledger) -> list[Run]:
+    """The runs of `rows` whose ledger record is missing or was made under another plan (a changed command, recipe
+    or revision), and the runs they fine-tune from whose checkpoint is not on this machine (the ledger travels
+    with the repository, checkpoints do not). Sources first, then every row's first seed before any second one,
+    the zero-shot row and the slowest (MiniLM) rows first within a seed."""
+    runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
+    for run in runs:
+        recorded = ledger.records.get(run.name)
+        if recorded and recorded.get("plan") == plan_of(run, out):
+            continue
+        if recorded:  # the plan changed since: its record goes (run_one starts the run afresh)
+            ledger.remove(run.name)
+        todo.append(run)  # a run cut off before its record resumes from its last checkpoint
+    for run in list(todo):
+        source = source_run(run.row, profile)
+        if source and source not in todo and not os.path.isdir(os.path.join(out, "runs", source.name)):
+            _log(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
+            ledger.remove(source.name)
+            todo.append(source)
+    is_source = {source_run(r.row, profile) for r in todo}
+    order = {r.id: i for i, r in enumerate(ROWS)}
+    todo.sort(key=lambda r: (r not in is_source, r.seed if len(r.row.seeds_of(profile, seeds)) > 1 else 0,
+                             r.row.model is not None, "minilm" not in r.row.options_of(profile), order[r.row.id]))
+    return todo
+
+
+def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour") -> float:
+    """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
+    runs once their source is recorded), after the data they need."""
     import ray
 
     from jobs.ray_env import init_local_ray
@@ -423,21 +527,8 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger)
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
-        todo = []
-        for row in rows:
-            for seed in row.seeds if len(row.seeds) == 1 else seeds:
-                key, planned = run_name(row, seed), [shown(a) for a in commands(row, seed, out)]
-                recorded = ledger.records.get(key)
-                if recorded and recorded["commands"] == planned:
-                    continue
-                if recorded:  # the plan changed since: its record goes (run_row_seed starts the run afresh)
-                    ledger.remove(key)
-                todo.append((row, seed))  # a run cut off before its record resumes from its last checkpoint
-        # what others fine-tune from first, then the zero-shot row (seconds), the slowest rows (MiniLM), the rest by
-        # section; a fine-tuning run waits for its pretraining run, while the other lanes go on
-        todo.sort(key=lambda pair: (not any(o.init_from == pair[0].id for o in rows), pair[0].model is not None,
-                                    pair[0].options != MINILM, pair[0].section))
-        failed = schedule(todo, lanes, lambda row, seed: run_row_seed(row, seed, out, env, ledger), ledger)
+        todo = todo_runs(rows, seeds, out, profile, ledger)
+        failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger), ledger)
         if failed:
             raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
                              f"recorded in {ledger.path}, and running again resumes")
@@ -446,31 +537,26 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger)
         ray.shutdown()
 
 
-def schedule(todo: list[tuple[Row, int]], lanes: int, run, ledger: Ledger) -> list[str]:
-    """Run every (row, seed) of `todo`, `lanes` at a time in order, each once the run it fine-tunes from (its
-    source row's first seed) is recorded; a failed run is logged and its dependants skipped. Returns the names
-    of the runs that failed or were skipped."""
+def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
+    """Run every Run of `todo`, `lanes` at a time in order, each once the run it fine-tunes from is recorded; a
+    failed run is logged and its dependants skipped. Returns the names of the runs that failed or were skipped."""
     pending, running, failed = list(todo), {}, []
     total, started = len(todo), time.time()
     _log(f"{total} runs to do, {lanes} at a time")
-
-    def source_name(row: Row) -> str | None:
-        source = next((r for r in ROWS if r.id == row.init_from), None)
-        return run_name(source, source.seeds[0]) if source else None
-
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         while pending or running:
             for item in list(pending):
-                source = source_name(item[0])
+                source = source_run(item.row, item.profile)
+                source = source.name if source else None
                 if source in failed:
                     pending.remove(item)
-                    failed.append(run_name(*item))
-                    _log(f"{run_name(*item)}: skipped, its pretraining run {source} failed")
+                    failed.append(item.name)
+                    _log(f"{item.name}: skipped, its pretraining run {source} failed")
                 elif len(running) < lanes and (source is None or source in ledger.records):
                     pending.remove(item)
-                    running[pool.submit(run, *item)] = item
+                    running[pool.submit(run, item)] = item
             if not running:  # only runs waiting for a source that is neither running nor recorded
-                failed += [run_name(*item) for item in pending]
+                failed += [item.name for item in pending]
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
@@ -478,8 +564,8 @@ def schedule(todo: list[tuple[Row, int]], lanes: int, run, ledger: Ledger) -> li
                 try:
                     future.result()
                 except Exception as error:  # one run's failure costs that run, not the report
-                    failed.append(run_name(*item))
-                    _log(f"{run_name(*item)}: FAILED: {error}")
+                    failed.append(item.name)
+                    _log(f"{item.name}: FAILED: {error}")
             finished = total - len(pending) - len(running)
             rate = (time.time() - started) / max(finished, 1)
             _log(f"{finished}/{total} runs, {time.time() - started:.0f} s, ETA {rate * (total - finished):.0f} s")
@@ -493,15 +579,17 @@ EFFICIENCY = ["bench/encoders.py", "--families", "ggsa,ctrn,dynsan", "--repeats"
 
 def run_efficiency(out: str, ledger: Ledger) -> None:
     path = os.path.join(out, "encoders.json")
-    if os.path.exists(path):
+    if "cases" in ledger.records.get("efficiency", {}):  # the ledger keeps the figures, on any machine
         return
     argv = EFFICIENCY + ["--json", path]
     _log(f"efficiency: {shown(argv)}")
     started = time.time()
     with open(os.path.join(out, "logs", "efficiency.log"), "w") as log:
         _run(argv, dict(os.environ), log, summary=False)
+    with open(path) as f:
+        cases = json.load(f)["cases"]
     ledger.add("efficiency", {"command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
-                              "seconds": round(time.time() - started, 1)})
+                              "seconds": round(time.time() - started, 1), "commit": git_commit(), "cases": cases})
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -514,9 +602,23 @@ def metric_names(row: Row) -> tuple[str, ...]:
     return ("em", "f1") if row.section == "squad" else ("map", "mrr", "p@1")
 
 
-def row_figures(row: Row, ledger: Ledger) -> dict:
+def row_records(row: Row, ledger: Ledger, profile: str | None = None) -> list[dict]:
+    """The row's recorded runs in `profile` (default: `row_profile`, the one the report shows)."""
+    profile = profile or row_profile(row, ledger)
+    return [r for k, r in ledger.records.items() if ":" not in k and isinstance(r, dict) and r.get("row") == row.id
+            and r.get("profile", "hour") == profile]
+
+
+def row_profile(row: Row, ledger: Ledger) -> str | None:
+    """The profile whose runs the report shows for `row`: the full one once it has any, else the hour's."""
+    profiles = {r.get("profile", "hour") for k, r in ledger.records.items()
+                if ":" not in k and isinstance(r, dict) and r.get("row") == row.id}
+    return "full" if "full" in profiles else ("hour" if "hour" in profiles else None)
+
+
+def row_figures(row: Row, ledger: Ledger, profile: str | None = None) -> dict:
     """{metric: (mean, std, n)} over the row's recorded seeds, reading-comprehension figures in percent."""
-    records = [r for r in ledger.records.values() if r.get("row") == row.id]
+    records = row_records(row, ledger, profile)
     figures = {}
     for name in metric_names(row):
         values = [r["test"][name] * (100 if row.section == "squad" else 1) for r in records
@@ -524,6 +626,17 @@ def row_figures(row: Row, ledger: Ledger) -> dict:
         if values:
             figures[name] = (*summarise(values), len(values))
     return figures
+
+
+def run_time(row: Row, ledger: Ledger) -> str:
+    """The mean wall time of the row's shown runs, and how many epochs they trained when the job says."""
+    records = row_records(row, ledger)
+    if not records:
+        return "-"
+    minutes = statistics.fmean(r["seconds"] for r in records) / 60
+    text = f"{minutes:.0f} min" if minutes >= 1.5 else f"{minutes * 60:.0f} s"
+    stopped = sum(1 for r in records if r.get("stopped_early"))
+    return text + (f" ({stopped} of {len(records)} stopped early)" if stopped else "")
 
 
 def _cell(figure, scale: str = "{:.3f}") -> str:
@@ -541,7 +654,7 @@ def _delta(ours, paper, digits: int) -> str:
 
 def budget_sentence(hour_row: Row, epochs_row: Row, ledger: Ledger) -> str | None:
     """How much of the hour's gap to the paper the 3-epoch cross-encoder closes, once both rows have figures."""
-    hour, epochs = row_figures(hour_row, ledger).get("map"), row_figures(epochs_row, ledger).get("map")
+    hour, epochs = row_figures(hour_row, ledger, "hour").get("map"), row_figures(epochs_row, ledger, "hour").get("map")
     if not hour or not epochs or not hour_row.paper:
         return None
     paper = hour_row.paper["map"]
@@ -670,8 +783,9 @@ def plot_efficiency(cases: list[dict], family: str, path: str) -> None:
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        # "-dirty" when the tracked files differ from the commit: the figures then came from code no commit holds
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -679,9 +793,9 @@ def git_commit() -> str:
 def _wall(meta: dict, ledger: Ledger) -> str:
     if "wall_s" not in meta:
         return "no complete invocation recorded yet"
-    text = f"the last invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
+    text = f"the last complete invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
     over = (f"; **that is over the hour the plan is meant to fit by {meta['wall_s'] / 60 - 60:.0f} minutes**"
-            if meta["wall_s"] > 3600 else "")
+            if meta.get("profile", "hour") == "hour" and meta["wall_s"] > 3600 else "")
     if meta.get("data_wall_s"):
         return text + f" ({meta['data_wall_s'] / 60:.0f} of them preparing the data)" + over
     steps = sum(r["seconds"] for k, r in ledger.records.items() if k.startswith("data:"))
@@ -690,9 +804,41 @@ def _wall(meta: dict, ledger: Ledger) -> str:
 
 
 def report_rows(ledger: Ledger) -> list[Row]:
-    """The hour's plan, and the rows outside it that have runs recorded."""
-    recorded = {r.get("row") for r in ledger.records.values() if isinstance(r, dict)}
-    return [r for r in ROWS if not r.extra or r.id in recorded]
+    """Every row of either plan that the report shows: the hour's plan, the full profile's rows, and the rows
+    outside both that have runs recorded."""
+    recorded = {r.get("row") for k, r in ledger.records.items() if ":" not in k and isinstance(r, dict)}
+    return [r for r in ROWS if not r.extra or r.full is not None or r.id in recorded]
+
+
+def run_records(ledger: Ledger) -> dict:
+    """The ledger's run records by key (data steps, the efficiency benchmark and meta records left out)."""
+    return {k: r for k, r in ledger.records.items() if ":" not in k and k != "efficiency" and isinstance(r, dict)
+            and "row" in r}
+
+
+def verdict(a, b, paper_diff: float | None, reading: bool, same_budget: bool) -> str:
+    """A claim's verdict from our two rows' figures (mean, std, n) and the paper's difference."""
+    diff = a[0] - b[0]
+    spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
+    if not same_budget:
+        return "budgets differ: not compared"
+    if reading and min(a[0], b[0]) < 10:  # see the DynSAN section
+        return "no evidence: F1 under 10"
+    if a[2] < 2 or b[2] < 2:
+        return ("better" if diff > 0 else "worse") + ", one seed: no spread to judge by"
+    if abs(diff) <= spread:
+        return "within noise"
+    if paper_diff is None:
+        return "better" if diff > 0 else "worse"
+    return "holds" if (diff > 0) == (paper_diff > 0) else "reversed"
+
+
+PROFILE_TEXT = {
+    "full": (f"full: the paper's recipe until dev MAP stops improving (at most {FULL_EPOCHS} epochs of all the "
+             f"training pairs, stopped after {FULL_PATIENCE} epochs without a new best; the best dev checkpoint is "
+             "scored)"),
+    "hour": "hour: the plan that regenerates in under an hour on 2 cores (minutes per run)",
+}
 
 
 def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None:
@@ -702,43 +848,53 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         plot_answer_selection(rows, ledger, os.path.join(figures_dir, "answer_selection.png"))
     if any(r.section == "squad" for r in rows):
         plot_reading(rows, ledger, os.path.join(figures_dir, "dynsan_ablations.png"))
-    efficiency_path = os.path.join(out, "encoders.json")
-    cases = []
-    if os.path.exists(efficiency_path):
-        with open(efficiency_path) as f:
+    cases = ledger.records.get("efficiency", {}).get("cases")
+    if cases is None and os.path.exists(os.path.join(out, "encoders.json")):
+        with open(os.path.join(out, "encoders.json")) as f:
             cases = json.load(f)["cases"]
-        for family in EFFICIENCY_PLOTS:
-            plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
-    runs = [r for k, r in ledger.records.items() if ":" not in k and k not in ("efficiency", "meta")]
-    outside = {r.id for r in ROWS if r.extra}
-    extra_runs = sum(1 for r in runs if r.get("row") in outside)
-    meta = ledger.records.get("meta", {})
-    planned = sum(len(r.seeds) if len(r.seeds) == 1 else len(SEEDS) for r in rows if not r.extra)
-    recorded = sum(1 for r in runs if any(row.id == r["row"] for row in rows if not row.extra))
+    for family in EFFICIENCY_PLOTS if cases else ():
+        plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
+    runs = run_records(ledger)
+    shown_profiles = {row_profile(r, ledger) for r in rows} - {None}
+    planned = {profile: sum(len(r.seeds_of(profile)) for r in selected_rows([], profile=profile))
+               for profile in ("hour", "full")}
+    recorded = {profile: sum(1 for r in runs.values() if r.get("profile", "hour") == profile
+                             and any(row.id == r["row"] for row in selected_rows([], profile=profile)))
+                for profile in ("hour", "full")}
+    status = []
+    for profile in ("full", "hour"):
+        meta = ledger.records.get(f"meta:{profile}", {})
+        if recorded[profile] or meta:
+            status.append(f"- **{PROFILE_TEXT[profile]}**: {recorded[profile]} of its {planned[profile]} planned runs "
+                          f"recorded; {_wall(meta, ledger)}" + (f" (commit {meta['commit']}, {meta['finished']}, "
+                                                                f"{meta['machine']}, {meta['lanes']} runs at a time)"
+                                                                if meta else "") + ".")
     lines = [
         "# Results: our figures beside the papers'",
         "",
-        *([f"**Partial: {recorded} of the {planned} planned runs are recorded so far; rows without figures show "
-           "a dash.**", ""] if recorded < planned else []),
-        (f"Generated by `python bench/results.py` (commit {meta['commit']}, {meta['finished']}) on {meta['machine']}, "
-         f"{meta['lanes']} runs at a time. {len(runs) - extra_runs} runs; {_wall(meta, ledger)}. "
-         + (f"{extra_runs} more, of rows outside the hour, ran in invocations of their own (`--only`). "
-            if extra_runs else "") if meta else
-         f"Generated by `python bench/results.py --report-only` (commit {git_commit()}) from the runs recorded so "
-         f"far, on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), no GPU. ")
-        + "Every figure below links to the command that produced it, with its seed, configuration and the sha256 of "
-        "the checkpoint it scored, in [the run ledger](#every-run). Test figures are means over the seeds, ± the "
-        "sample standard deviation; the paper's figure is quoted with its table. To regenerate: "
-        "`python bench/results.py` (it resumes from `out/results/runs.json`; `--report-only` rewrites this page "
-        "from it).",
+        *([f"**Partial: {recorded['full']} of the full profile's {planned['full']} planned runs are recorded so far; "
+           "rows without them show the hour's runs, or a dash.**", ""] if recorded["full"] < planned["full"] else []),
+        f"Generated by `python bench/results.py` (commit {git_commit()}) from the committed run ledger "
+        "([results/ledger.json](results/ledger.json)). Every figure links to the command that produced it, with its "
+        "seed, recipe, configuration, the sha256 of the checkpoint it scored, its seconds and the commit it ran at, in "
+        "[the run ledger](#every-run). Test figures are means over the seeds, ± the sample standard deviation; the "
+        "paper's figure is quoted with its table. Each model trains with its own paper's recipe "
+        "(`qa_models/recipes.py`: optimiser, schedule, batch, regularisation, dropout, initialisation; what a "
+        "paper leaves open, and what this machine cannot follow, is listed under [Recipes](#recipes)).",
         "",
-        "Read every row with its budget in mind. This machine has 2 cores and no GPU, and the whole report is meant to "
-        "regenerate in under an hour, so each run is minutes where the papers' were hours on GPUs: MiniLM-L6 (22M "
-        f"parameters) stands in for BERT-base (110M) and sees {MINILM_STEPS * MINILM_BATCH:,} WikiQA pairs; the "
-        "word-vector models see one epoch, with fastText vectors trained on the set itself in place of GloVe 840B; "
-        f"DynSAN, at half the paper's width with two cross-passage blocks, trains on {DYNSAN_STEPS * DYNSAN_BATCH:,} "
-        "SQuAD questions. Where ours falls short of the paper, the column Δ says by how much; the last column says "
-        "what the paper's scale needs.",
+        "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
+        "runs took:",
+        "",
+        *status,
+        "",
+        "To regenerate: `python bench/results.py --profile full` (or `--profile hour`) runs whatever the ledger lacks "
+        "or records under another plan (a changed command or recipe), on any machine; `--report-only` rewrites this "
+        "page from the ledger. Checkpoints stay out of git (under `out/results/runs`).",
+        "",
+        "Read every row with its budget in mind. This machine has 2 cores and no GPU. MiniLM-L6 (22M parameters) "
+        "stands in for BERT-base (110M); the word-vector models read fastText vectors trained on the data set itself "
+        "in place of GloVe or word2vec (not available offline). Where ours falls short of the paper, the column Δ "
+        "says by how much; the last column says what the paper's scale needs.",
         "",
     ]
     for section, title, note in (
@@ -753,13 +909,15 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         if not chosen:
             continue
         lines += [f"## {title}", "", note, "",
-                  "| model | seeds | MAP | MRR | P@1 | paper MAP / MRR | Δ MAP | source | the paper's scale needs |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+                  "| model | profile | seeds | MAP | MRR | P@1 | time per run | paper MAP / MRR | Δ MAP | source "
+                  "| the paper's scale needs |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in chosen:
             f = row_figures(r, ledger)
             n = max((v[2] for v in f.values()), default=0)
             paper = f"{r.paper['map']:.3f} / {r.paper['mrr']:.3f}" if r.paper else "not reported"
-            lines.append(f"| {r.label} | {n} | {_cell(f.get('map'))} | {_cell(f.get('mrr'))} | {_cell(f.get('p@1'))} "
+            lines.append(f"| {r.label} | {row_profile(r, ledger) or '-'} | {n} | {_cell(f.get('map'))} "
+                         f"| {_cell(f.get('mrr'))} | {_cell(f.get('p@1'))} | {run_time(r, ledger)} "
                          f"| {paper} | {_delta(f.get('map'), r.paper.get('map'), 3)} | {r.source or '-'} "
                          f"| {r.gpu or '-'} |")
         lines.append("")
@@ -785,43 +943,43 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
                   "script computes them). The paper's ablations are on SearchQA's test set, so compare the change "
                   f"from the full model, not the level. {level} Learning the task needs the SQuAD train set (87k "
                   "questions) or SearchQA, and GPU hours.", "",
-                  "| model | seeds | EM | F1 | paper EM / F1 | ΔF1 from full, ours | ΔF1 from full, paper | source |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "| model | profile | seeds | EM | F1 | time per run | paper EM / F1 | ΔF1 from full, ours "
+                  "| ΔF1 from full, paper | source |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in squad:
             f = row_figures(r, ledger)
             n = max((v[2] for v in f.values()), default=0)
             ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
             theirs_delta = f"{r.paper['f1'] - squad[0].paper['f1']:+.1f}" if r is not squad[0] else "-"
-            lines.append(f"| {r.label} | {n} | {_cell(f.get('em'), '{:.1f}')} | {_cell(f.get('f1'), '{:.1f}')} | "
-                         f"{r.paper['em']:.1f} / {r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |")
+            lines.append(f"| {r.label} | {row_profile(r, ledger) or '-'} | {n} | {_cell(f.get('em'), '{:.1f}')} "
+                         f"| {_cell(f.get('f1'), '{:.1f}')} | {run_time(r, ledger)} | {r.paper['em']:.1f} / "
+                         f"{r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |")
         lines += ["", "![DynSAN ablations: change in F1 from the full model](results/dynsan_ablations.png)", ""]
     by_id = {r.id: r for r in rows}
     compared = [c for c in COMPARISONS if c[1] in by_id and c[2] in by_id]
     if compared:
         lines += ["## The papers' claims, as differences", "",
-                  "Each claim is the difference between two rows on the same test set: ours (mean difference, ± the "
-                  "two rows' standard deviations combined) against the paper's. A claim holds here when our difference "
-                  "has the paper's sign and is larger than its spread; \"within noise\" means it is not.", "",
-                  "| claim | metric | ours | paper | verdict |", "|---|---|---:|---:|---|"]
+                  "Each claim is the difference between two rows on the same test set, trained under the same profile: "
+                  "ours (mean difference, ± the two rows' standard deviations combined) against the paper's. A claim "
+                  "holds here when our difference has the paper's sign and is larger than its spread; \"within "
+                  "noise\" means it is not.", "",
+                  "| claim | metric | profile | ours | paper | verdict |", "|---|---|---|---:|---:|---|"]
         for what, with_it, without, metric in compared:
             a, b = row_figures(by_id[with_it], ledger).get(metric), row_figures(by_id[without], ledger).get(metric)
             pa, pb = by_id[with_it].paper.get(metric), by_id[without].paper.get(metric)
             digits = 1 if metric in ("em", "f1") else 3
             paper = f"{pa - pb:+.{digits}f}" if pa is not None and pb is not None else "not reported"
+            profiles = (row_profile(by_id[with_it], ledger), row_profile(by_id[without], ledger))
             if not a or not b:
-                lines.append(f"| {what} | {metric} | - | {paper} | not run |")
+                lines.append(f"| {what} | {metric} | - | - | {paper} | not run |")
                 continue
-            diff, spread = a[0] - b[0], ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
-            if by_id[with_it].section == "squad" and min(a[0], b[0]) < 10:  # see the DynSAN section
-                verdict = "no evidence: F1 under 10"
-            elif abs(diff) <= spread:
-                verdict = "within noise"
-            elif pa is None or pb is None:
-                verdict = "better" if diff > 0 else "worse"
-            else:
-                verdict = "holds" if (diff > 0) == (pa - pb > 0) else "reversed"
-            lines.append(f"| {what} | {metric} | {diff:+.{digits}f} ± {spread:.{digits}f} | {paper} | {verdict} |")
+            spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
+            judged = verdict(a, b, pa - pb if pa is not None and pb is not None else None,
+                             by_id[with_it].section == "squad", profiles[0] == profiles[1])
+            lines.append(f"| {what} | {metric} | {' / '.join(sorted(set(profiles)))} | {a[0] - b[0]:+.{digits}f} ± "
+                         f"{spread:.{digits}f} | {paper} | {judged} |")
         lines.append("")
+    lines += recipes_section(rows)
     lines += ["## Missing rows", "", "| the paper's rows | why not here |", "|---|---|"]
     lines += [f"| {what} | {why} |" for what, why in MISSING]
     lines += [f"| {r.label} ({r.source}) | {r.extra} |" for r in ROWS if r.extra and r not in rows]
@@ -834,21 +992,22 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         lines += [f"![{EFFICIENCY_PLOTS[f][0]}](results/efficiency_{f}.png)" for f in EFFICIENCY_PLOTS]
         lines.append("")
     lines += ["## Every run", "",
-              "| run | seed | split | figures | seconds | checkpoint sha256 | commands |",
-              "|---|---:|---|---|---:|---|---|"]
-    for key in sorted(k for k in ledger.records if ":" not in k and k not in ("efficiency", "meta")):
-        r = ledger.records[key]
+              "| run | profile | seed | split | figures | seconds | commit | checkpoint sha256 | commands |",
+              "|---|---|---:|---|---|---:|---|---|---|"]
+    for key in sorted(runs):
+        r = runs[key]
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         sha = r.get("checkpoint_sha256", "")[:16] or "-"
         cmd = "<br>".join(f"`{c}`" for c in r["commands"])
-        lines.append(f"| {r['row']} | {r['seed']} | {r['split']} | {figures} | {r['seconds']:.0f} | {sha} | {cmd} |")
+        lines.append(f"| {r['row']} | {r.get('profile', 'hour')} | {r['seed']} | {r['split']} | {figures} "
+                     f"| {r['seconds']:.0f} | {r.get('commit', '-')} | {sha} | {cmd} |")
     lines += ["", "Data preparation and benchmarks:", ""]
     for key in sorted(k for k in ledger.records if k.startswith("data:") or k == "efficiency"):
         r = ledger.records[key]
         lines.append(f"- `{r['command']}` ({r['seconds']:.0f} s)")
     lines.append("")
-    lines.append("Each run's resolved configuration (every `jobs/train.py` option and the model's fields) is in "
-                 "`out/results/runs.json` under `config` and `model_config`, and in the checkpoint's `config.json`.")
+    lines.append("Each run's resolved configuration (every `jobs/train.py` option, the recipe and the model's fields) "
+                 "is in the ledger under `config` and `model_config`, and in the checkpoint's `config.json`.")
     staged = report + ".partial"
     with open(staged, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -856,9 +1015,53 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
     _log(f"wrote {report} and {figures_dir}/")
 
 
+def recipes_section(rows: list[Row]) -> list[str]:
+    """Each trained model family's recipe: what its paper gives, what we chose where it is silent, and what this
+    machine cannot follow."""
+    from qa_models import MODELS
+
+    lines = ["## Recipes", "",
+             "How each model family trains by default (`jobs/train.py --recipe paper`; `--dry-run` prints the "
+             "resolved values), from `qa_models/recipes.py` and each model's module.", "",
+             "| models | optimiser, schedule, batch | the paper says | our choices where it is silent | not followed "
+             "here |", "|---|---|---|---|---|"]
+    families: dict[int, list[str]] = {}
+    recipes = {}
+    for row in rows:
+        if row.model:
+            recipe = MODELS[row.model].recipe
+            families.setdefault(id(recipe), [])
+            if row.model not in families[id(recipe)]:
+                families[id(recipe)].append(row.model)
+            recipes[id(recipe)] = recipe
+    for key, models in families.items():
+        r = recipes[key]
+        settings = [f"{r.optimizer} lr {r.lr:g}" + (f" ({r.encoder_lr:g} fine-tuning a transformer)"
+                                                   if r.encoder_lr else "")]
+        settings += [f"momentum {r.momentum:g}"] if r.optimizer == "rmsprop" else []
+        settings += [f"rho {r.rho:g}"] if r.optimizer == "adadelta" else []
+        settings += [f"weight decay {r.weight_decay:g}"] if r.weight_decay else []
+        settings += [f"L2 {r.l2:g} in the loss"] if r.l2 else []
+        settings += [{"warmup_linear": f"{r.warmup:.0%} warm-up, linear decay",
+                      "warmup_constant": f"{r.warmup_steps} warm-up steps, then constant",
+                      "constant": "constant rate"}[r.schedule]]
+        settings += [f"batch {r.batch_size}"]
+        settings += [f"weight average {r.ema_decay:g}"] if r.ema_decay else []
+        settings += [f"{k} {v}" for k, v in r.model_options.items()]
+        settings += [f"{r.negatives} negatives"] if r.negatives != "question" else []
+        lines.append(f"| {', '.join(models)} | {'; '.join(settings)} | {r.source.replace('|', '/')} "
+                     f"| {r.ours.replace('|', '/')} | {r.deviations.replace('|', '/')} |")
+    return lines + [""]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, logs and runs.json")
+    p.add_argument("--profile", default="full", choices=["full", "hour"],
+                   help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
+                        f"improving (at most {FULL_EPOCHS} epochs); hour: the plan that regenerates in under an hour")
+    p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, checkpoints and logs")
+    p.add_argument("--ledger", default=os.path.join(REPO, "docs", "results", "ledger.json"),
+                   help="the run ledger the report is written from (committed beside it)")
     p.add_argument("--report", default=os.path.join(REPO, "docs", "results.md"), help="the report to write")
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="seeds of every multi-seed row")
     p.add_argument("--lanes", type=int, default=2, help="runs at a time, one CPU each (more lanes than cores only "
@@ -868,43 +1071,45 @@ def main(argv=None) -> int:
                    help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are "
                         "added")
     p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
-    p.add_argument("--report-only", action="store_true", help="rewrite the report from OUT/runs.json, run nothing")
-    p.add_argument("--dry-run", action="store_true", help="print every command of the plan and exit")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the plan, each marked with "
+                                                          "whether the ledger already holds it, and exit")
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
     if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
         out = os.path.relpath(out, REPO)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    rows = selected_rows(args.only, args.all)
+    rows = selected_rows(args.only, args.all, args.profile)
+    os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
+    ledger = Ledger(args.ledger)
     if args.dry_run:
         for step in data_steps(out):
             print(shown(step.argv))
         for row in rows:
-            for seed in (row.seeds if len(row.seeds) == 1 else seeds):
-                for argv in commands(row, seed, out):
-                    print(shown(argv))
+            for seed in row.seeds_of(args.profile, seeds):
+                run = Run(row, seed, args.profile)
+                recorded = ledger.records.get(run.name, {}).get("plan") == plan_of(run, out)
+                for argv in commands(row, seed, out, args.profile):
+                    print(("# recorded: " if recorded else "") + shown(argv))
         print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))
         return 0
     os.makedirs(out, exist_ok=True)
-    ledger = Ledger(os.path.join(out, "runs.json"))
     if not args.report_only:
         for folder in ("wikiqa", "trecqa", "squad_sample", "stackexchange_dump_beer"):
             if not os.path.isdir(os.path.join(SHARED_DATA, folder)):
                 raise SystemExit(f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data "
                                  "(or QA_SHARED_DATA)")
         started = time.time()
-        data_seconds = run_all(rows, seeds, out, args.lanes, ledger)
+        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
-        if args.only or args.skip_efficiency or args.all:  # not the hour's plan: its time is not the report's
-            write_report(report_rows(ledger), ledger, out, args.report)
-            return 0
-        ledger.add("meta", {"commit": git_commit(), "wall_s": round(time.time() - started, 1),
-                            "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
-                            "finished": datetime.date.today().isoformat(),
-                            "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-                                       "no GPU"})
-    write_report(report_rows(ledger), ledger, out, args.report)  # the whole plan, with what is recorded
+        if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's
+            ledger.add(f"meta:{args.profile}", {
+                "profile": args.profile, "commit": git_commit(), "wall_s": round(time.time() - started, 1),
+                "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
+                "finished": datetime.date.today().isoformat(),
+                "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), no GPU"})
+    write_report(report_rows(ledger), ledger, out, args.report)
     return 0
 
 

@@ -39,15 +39,16 @@ def load_checkpoint(directory: str, device):
     """(model in eval mode, TrainConfig, state) of a jobs/train.py checkpoint."""
     from jobs.train_loop import TrainConfig, read_state
     from qa_models import MODELS
+    from training.optim import evaluation_weights
 
     state = read_state(directory)
     if "model_config" not in state:
         raise ValueError(f"{directory}: a checkpoint without its model configuration (written before "
                          "jobs/train.py recorded it); retrain or resume it once to rewrite it")
-    cfg = TrainConfig(**state["config"])
+    cfg = TrainConfig.from_saved(state["config"])
     model_class = MODELS[cfg.model]
     model = model_class(model_class.config_class(**state["model_config"]))
-    model.load_state_dict(state["model"])
+    model.load_state_dict(evaluation_weights(state))  # the moving average where the run kept one
     return model.to(device).eval(), cfg, state
 
 

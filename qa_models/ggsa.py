@@ -13,8 +13,8 @@ the sinusoidal positions are added, section 4.2), and a GGSA block (section 3.1.
 
 iGGSA (section 3.2) adds a question-aware residual in the answer's block, c^q = mean_i h_i^q (5),
 R~ = FeedForward(Y^a * c^q), Y~^a = LayerNorm(Y^a + R~), R = FeedForward(Y~^a) (6), H^a = Y~^a + R (7).
-Question and answer share the encoder (as QA-LSTM does; the paper's "two GGSA encoders" may or may not share
-weights). The composition module (max-pooling, attention, multihop sequential attention) and the pairwise
+Question and answer share the encoder by default (as QA-LSTM does); `shared_encoder=False` gives each its own
+blocks, as Figure 7 draws "two GGSA encoders" (the word embeddings stay shared). The composition module (max-pooling, attention, multihop sequential attention) and the pairwise
 (cosine hinge, margin 0.1) or pointwise (MLP + softmax) objective are `qa_models.matching`.
 
 The baselines of Tables 2-4 are the same network with one part changed: global self-attention (the
@@ -34,6 +34,7 @@ from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention, sin
 from qa_models.encoders import word_embedding_table
 from qa_models.matching import (BiRNN, Composition, PointwiseHead, masked_mean, pairwise_hinge, similarity,
                                 with_negatives)
+from qa_models.recipes import TrainingRecipe
 
 ATTENTIONS = ("group", "global", "local")
 
@@ -45,6 +46,7 @@ class GGSAConfig:
     project: bool = False  # yahooQA: fixed pretrained embeddings read through a learned projection
     freeze_embeddings: bool = False
     encoder: str = "ggsa"  # "ggsa" (self-attention blocks) or "lstm" (QA-LSTM)
+    shared_encoder: bool = True  # False: the answer has encoder blocks of its own (Figure 7's two encoders)
     attention: str = "group"  # group | global | local
     heads: int = 6
     group: int = 10  # l, the group size (and the local window)
@@ -75,6 +77,20 @@ class GGSAConfig:
     def offsets(self) -> list[int]:
         offset = self.group // 2 if self.offset is None else self.offset
         return [0] * (self.heads - self.heads // 2) + [offset] * (self.heads // 2)
+
+
+PAPER_RECIPE = TrainingRecipe(
+    optimizer="rmsprop", lr=1e-4, momentum=0.9, schedule="constant", batch_size=128, epochs=5,
+    negatives="random", model_options={"embed_dropout": 0.3},
+    source="Xu et al., section 4.2: \"All models are optimized using RMSProp with momentum. Initial learning rate "
+           "is tuned among {1e-4, 5e-5, 2e-5, 1e-5}. Dropout is the main regularization way, which is performed on the "
+           "word embeddings with keep probability being 0.7 ... The training epochs are chosen to achieve the best "
+           "results on the validation set.\" insuranceQA: \"Batch size is fixed to 128\" (yahooQA: 256). Section 3.3: "
+           "\"a_i^- is a randomly selected answer irrelevant to q_i\"",
+    ours="momentum 0.9 and RMSProp's decay 0.99 (the paper gives neither value); lr 1e-4, the top of the paper's "
+         "grid; up to 5 epochs, the best dev checkpoint kept (the paper picks the epoch on validation); no clip",
+    deviations="300-d vectors pre-trained on the data set (insuranceQA) or GloVe (yahooQA): here fastText trained on "
+               "the data set itself (jobs/word_vectors.py), fine-tuned as the insuranceQA setting")
 
 
 class FeedForward(nn.Module):
@@ -125,6 +141,7 @@ class GGSABlock(nn.Module):
 
 class GGSA(nn.Module):
     config_class = GGSAConfig
+    recipe = PAPER_RECIPE
     inputs = "separate"  # question and answer apart; pairwise training adds a negative answer per row
 
     def __init__(self, config: GGSAConfig, embeddings: torch.Tensor | None = None):
@@ -139,11 +156,17 @@ class GGSA(nn.Module):
         self.projection = nn.Linear(config.dim, config.dim) if config.project else None
         if config.encoder == "lstm":
             self.lstm = BiRNN(config.dim, config.lstm_hidden, "lstm")
+            # a shared encoder is not registered twice: old checkpoints' keys stay as they were
+            self.answer_lstm = None if config.shared_encoder else BiRNN(config.dim, config.lstm_hidden, "lstm")
             width = self.lstm.dim
         elif config.encoder == "ggsa":
-            self.blocks = nn.ModuleList(
-                GGSABlock(config, interaction=config.interaction and i == config.layers - 1)
-                for i in range(config.layers))
+            def blocks(interaction: bool) -> nn.ModuleList:
+                return nn.ModuleList(GGSABlock(config, interaction=interaction and i == config.layers - 1)
+                                     for i in range(config.layers))
+
+            # shared: one encoder, its last block iGGSA's on the answer side; apart: the question's has none
+            self.blocks = blocks(config.interaction and config.shared_encoder)
+            self.answer_blocks = None if config.shared_encoder else blocks(config.interaction)
             width = config.dim
         else:
             raise ValueError(f"encoder must be ggsa or lstm, got {config.encoder!r}")
@@ -152,16 +175,19 @@ class GGSA(nn.Module):
             pairs = config.hops + 1 if config.composition == "multihop" else 1
             self.head = PointwiseHead(2 * width * pairs, config.mlp_hidden, layers=2)
 
-    def encode(self, ids: torch.Tensor, mask: torch.Tensor, question: torch.Tensor | None = None) -> torch.Tensor:
-        """Token states (B, L, width); `question` (B, D) turns on iGGSA's interaction in the last block."""
+    def encode(self, ids: torch.Tensor, mask: torch.Tensor, question: torch.Tensor | None = None,
+               answer: bool = False) -> torch.Tensor:
+        """Token states (B, L, width), by the answer's encoder when `answer`; `question` (B, D) turns on iGGSA's
+        interaction in the last block."""
         x = self.embed_dropout(self.embed(ids))  # (B, L, D): dropout before the positions (section 4.2)
         if self.projection is not None:
             x = self.projection(x)
         if self.config.encoder == "lstm":
-            return self.lstm(x, mask)
+            return (self.answer_lstm if answer and self.answer_lstm is not None else self.lstm)(x, mask)
         x = x + sinusoidal_positions(ids.size(1), self.config.dim, ids.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask, question if i == len(self.blocks) - 1 else None)
+        blocks = self.answer_blocks if answer and self.answer_blocks is not None else self.blocks
+        for i, block in enumerate(blocks):
+            x = block(x, mask, question if i == len(blocks) - 1 else None)
         return x
 
     def match(self, question_ids, question_mask, answer_ids, answer_mask) -> torch.Tensor:
@@ -169,7 +195,7 @@ class GGSA(nn.Module):
         q_mask, a_mask = question_mask.bool(), answer_mask.bool()
         h_q = self.encode(question_ids, q_mask)  # (B, Lq, w)
         c_q = masked_mean(h_q, q_mask) if self.config.interaction else None  # eq. 5
-        h_a = self.encode(answer_ids, a_mask, c_q)  # (B, La, w)
+        h_a = self.encode(answer_ids, a_mask, c_q, answer=True)  # (B, La, w)
         pairs = self.composition(h_q, q_mask, h_a, a_mask)
         if self.objective == "pointwise":
             return self.head(pairs)

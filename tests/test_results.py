@@ -10,17 +10,21 @@ from bench import results
 from jobs import train, zero_shot
 
 
-def test_every_planned_command_parses_with_its_job(tmp_path):
+@pytest.mark.parametrize("profile", ["hour", "full"])
+def test_every_planned_command_parses_with_its_job(tmp_path, profile):
     parsers = {"jobs/train.py": train.parse_args, "jobs/zero_shot.py": zero_shot.parse_args}
     seen = set()
-    for row in results.ROWS:
-        for seed in row.seeds:
-            for argv in results.commands(row, seed, str(tmp_path)):
+    for row in results.selected_rows([], everything=True, profile=profile):
+        for seed in row.seeds_of(profile):
+            for argv in results.commands(row, seed, str(tmp_path), profile):
                 cfg, args = parsers[argv[0]](argv[1:])  # argparse exits on an unknown option or a bad --model-option
                 seen.add(argv[0])
                 if argv[0] == "jobs/train.py":  # a test row's figure is the training job's own scoring of test
                     assert cfg.test_split == (None if row.split == "dev" else row.split), row.id
                     assert (args.test_output is None) == (row.split == "dev"), row.id
+                    if profile == "full":  # until dev stops improving, at most 5 epochs, with the paper's recipe
+                        assert (cfg.epochs, cfg.patience, cfg.recipe) == (5, 2, "paper"), row.id
+                        assert args.max_steps is None, row.id
     assert seen == set(parsers)
     ids = [row.id for row in results.ROWS]
     assert len(ids) == len(set(ids))
@@ -34,11 +38,16 @@ def test_a_fine_tuning_row_brings_its_pretraining_row_and_names_its_checkpoint(t
     at = train_argv.index("--init-from")
     assert train_argv[at + 1] == os.path.join(str(tmp_path), "runs", "seqa-minilm-gsamn-pretrain-seed0")
     assert train_argv[train_argv.index("--seed") + 1] == "2"
+    full = results.commands(rows[1], 1, str(tmp_path), "full")[0]  # a profile fine-tunes its own pretraining
+    assert full[full.index("--init-from") + 1] == os.path.join(str(tmp_path), "runs",
+                                                               "full-seqa-minilm-gsamn-pretrain-seed0")
+    assert [r.id for r in results.selected_rows(["wikiqa/minilm-gsamn-transfer"], profile="full")] == \
+        [r.id for r in rows]
 
 
-def _record(row, seed, test):
+def _record(row, seed, test, profile="hour"):
     return {"row": row, "seed": seed, "split": "test", "commands": ["python jobs/train.py ..."], "seconds": 10.0,
-            "test": test, "checkpoint_sha256": "ab" * 32}
+            "test": test, "checkpoint_sha256": "ab" * 32, "profile": profile}
 
 
 def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
@@ -66,7 +75,7 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     assert f"{mean - 0.7258:+.3f}" in line
     squad_line = next(l for l in text.splitlines() if l.startswith("| (f) - regularisation"))
     assert "| -3.0 |" in squad_line and "| -0.5 |" in squad_line  # ours 28.0 - 31.0; the paper's 69.8 - 70.3
-    assert "| DynSAN: the gate's L1 regulariser (f) | f1 | +3.0 ± 1.0 | +0.5 | holds |" in text
+    assert "| DynSAN: the gate's L1 regulariser (f) | f1 | hour | +3.0 ± 1.0 | +0.5 | holds |" in text
     assert "InsuranceQA" in text and "YahooQA" in text  # the missing rows say why
     assert "python jobs/tokenize_corpora.py --dataset wikiqa" in text and "abababababababab" in text
     assert (report.parent / "results" / "answer_selection.png").stat().st_size > 1000
@@ -86,7 +95,7 @@ def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
     results.write_report(rows, ledger, str(out), str(report))
     text = report.read_text()
     assert "barely begun to learn (F1 6.0, under 10" in text
-    assert "| DynSAN: cross-passage blocks (a) | f1 | -2.1 ± 0.1 | +9.4 | no evidence: F1 under 10 |" in text
+    assert "| DynSAN: cross-passage blocks (a) | f1 | hour | -2.1 ± 0.1 | +9.4 | no evidence: F1 under 10 |" in text
 
 
 def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_path):
@@ -105,19 +114,62 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
     ledger = results.Ledger(str(out / "runs.json"))
     results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
     text = report.read_text()
-    assert f"0 of the {sum(len(r.seeds) if len(r.seeds) == 1 else 3 for r in results.selected_rows([]))} planned" \
-        in text
+    full_planned = sum(len(r.seeds_of("full")) for r in results.selected_rows([], profile="full"))
+    assert f"0 of the full profile's {full_planned} planned runs are recorded" in text
     missing = text.split("## Missing rows")[1]
-    assert all(f"| {r.label} ({r.source}) | {r.extra} |" in missing for r in extra)
+    assert all(f"| {r.label} ({r.source}) | {r.extra} |" in missing for r in extra if r.full is None)
     ledger.add("trecqa-iarnn-occam-word-seed0", _record("trecqa/iarnn-occam-word", 0, {"map": 0.6, "mrr": 0.7}))
-    assert [r.id for r in results.report_rows(ledger) if r.extra] == ["trecqa/iarnn-occam-word"]
-    # a full invocation's time counts its own runs; a row outside the hour run later is said to be apart
+    assert "trecqa/iarnn-occam-word" in ids(results.report_rows(ledger))
+    # a whole invocation's time is its profile's; each row says which profile its figures come from
     ledger.add("wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.6, "mrr": 0.7}))
-    ledger.add("meta", {"commit": "abc", "wall_s": 3000.0, "data_wall_s": 200.0, "lanes": 2,
-                        "finished": "2026-11-24", "machine": "2 cores"})
+    ledger.add("meta:hour", {"profile": "hour", "commit": "abc", "wall_s": 3000.0, "data_wall_s": 200.0, "lanes": 2,
+                             "finished": "2026-11-24", "machine": "2 cores"})
     results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
-    assert "1 runs; the last invocation took 50 minutes" in report.read_text()
-    assert "1 more, of rows outside the hour, ran in invocations of their own" in report.read_text()
+    text = report.read_text()
+    assert "the last complete invocation took 50 minutes of wall time (3 of them preparing the data)" in text
+    line = next(l for l in text.splitlines() if l.startswith("| IARNN-gate |") and "0.600" in l)
+    assert "| hour | 1 | 0.600 (1 run) |" in line and "| 10 s |" in line
+    # once the full profile has runs of a row, the row shows those, and a claim across profiles is not judged
+    ledger.add("full-wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.7, "mrr": 0.7}, "full"))
+    ledger.add("wikiqa-iarnn-word-seed0", _record("wikiqa/iarnn-word", 0, {"map": 0.6, "mrr": 0.7}))
+    results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
+    text = report.read_text()
+    assert any(l.startswith("| IARNN-gate | full | 1 | 0.700 (1 run) |") for l in text.splitlines())
+    assert "recipes" in text.lower() and "adadelta" in text
+
+
+def test_a_claim_is_judged_only_within_one_profile_and_with_a_spread():
+    assert results.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), 0.05, False, True) == "holds"
+    assert results.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), -0.05, False, True) == "reversed"
+    assert results.verdict((0.61, 0.02, 3), (0.6, 0.02, 3), 0.05, False, True) == "within noise"
+    assert results.verdict((0.7, None, 1), (0.6, 0.01, 3), 0.05, False, True).endswith("one seed: no spread to judge by")
+    assert results.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), 0.05, False, False) == "budgets differ: not compared"
+    assert results.verdict((8.0, 0.1, 3), (7.0, 0.1, 3), 3.0, True, True) == "no evidence: F1 under 10"
+
+
+def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, monkeypatch):
+    rows = {r.id: r for r in results.ROWS}
+    gate, pretrain, transfer = rows["trecqa/iarnn-gate"], rows["seqa/minilm-gsamn-pretrain"], \
+        rows["wikiqa/minilm-gsamn-transfer"]
+    out = str(tmp_path)
+    ledger = results.Ledger(str(tmp_path / "ledger.json"))
+    done = results.Run(gate, 0, "full")
+    ledger.add(done.name, dict(_record(gate.id, 0, {"map": 0.5}, "full"), plan=results.plan_of(done, out)))
+    stale = results.Run(gate, 1, "full")
+    old_plan = dict(results.plan_of(stale, out), recipe={"optimizer": "adamw"})  # recorded under another recipe
+    ledger.add(stale.name, dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=old_plan))
+    todo = [r.name for r in results.todo_runs([gate], (0, 1, 2), out, "full", ledger)]
+    assert todo == ["full-trecqa-iarnn-gate-seed1", "full-trecqa-iarnn-gate-seed2"]
+    assert stale.name not in ledger.records
+    # a transfer run whose pretraining checkpoint is not on this machine brings the pretraining run back first
+    source = results.Run(pretrain, 0, "full")
+    ledger.add(source.name, dict(_record(pretrain.id, 0, {"map": 0.5}, "full"), plan=results.plan_of(source, out)))
+    todo = [r.name for r in results.todo_runs([pretrain, transfer], (0,), out, "full", ledger)]
+    assert todo == ["full-seqa-minilm-gsamn-pretrain-seed0", "full-wikiqa-minilm-gsamn-transfer-seed0"]
+    os.makedirs(tmp_path / "runs" / source.name)
+    ledger.add(source.name, dict(_record(pretrain.id, 0, {"map": 0.5}, "full"), plan=results.plan_of(source, out)))
+    todo = [r.name for r in results.todo_runs([pretrain, transfer], (0,), out, "full", ledger)]
+    assert todo == ["full-wikiqa-minilm-gsamn-transfer-seed0"]
 
 
 def test_efficiency_plots_come_from_the_benchmark_cases(tmp_path):
@@ -145,23 +197,24 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
     ledger = results.Ledger(str(tmp_path / "runs.json"))
     order = []
 
-    def run(row, seed):
-        if row is transfer:  # its pretraining run must be recorded before it starts
+    def run(item):
+        if item.row is transfer:  # its pretraining run must be recorded before it starts
             assert results.run_name(pretrain, 0) in ledger.records
-        order.append(results.run_name(row, seed))
-        ledger.add(results.run_name(row, seed), {"row": row.id})
+        order.append(item.name)
+        ledger.add(item.name, {"row": item.row.id})
 
-    todo = [(transfer, 0), (transfer, 1), (pretrain, 0), (other, 0)]
+    todo = [results.Run(transfer, 0), results.Run(transfer, 1), results.Run(pretrain, 0), results.Run(other, 0)]
     assert results.schedule(todo, 2, run, ledger) == []
-    assert sorted(order) == sorted(results.run_name(r, s) for r, s in todo)
+    assert sorted(order) == sorted(r.name for r in todo)
 
-    def broken(row, seed):
-        if row is pretrain:
+    def broken(item):
+        if item.row is pretrain:
             raise RuntimeError("out of memory")
-        ledger.add(results.run_name(row, seed), {"row": row.id})
+        ledger.add(item.name, {"row": item.row.id})
 
     ledger = results.Ledger(str(tmp_path / "again.json"))
-    failed = results.schedule([(pretrain, 0), (transfer, 0), (other, 1)], 2, broken, ledger)
+    failed = results.schedule([results.Run(pretrain, 0), results.Run(transfer, 0), results.Run(other, 1)], 2, broken,
+                              ledger)
     assert failed == ["seqa-minilm-gsamn-pretrain-seed0", "wikiqa-minilm-gsamn-transfer-seed0"]
     assert list(ledger.records) == ["trecqa-ctrn-seed1"]
 
