@@ -38,6 +38,7 @@ import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import fnmatch  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
@@ -124,6 +125,7 @@ class Row:
     split: str = "test"
     extra: str = ""  # why the row is left out of the hour's plan (it runs with --only or --all)
     full: list[str] | None = None  # the options of the full profile (None: the row is not in it)
+    in_hour: bool = True  # False: a row of the full profile only
     full_seeds: tuple = SEEDS
     revision: int = 0  # raised when what the row's commands do changes without the commands changing
 
@@ -177,6 +179,12 @@ DYNSAN = ["--batch-size", str(DYNSAN_BATCH), "--max-steps", str(DYNSAN_STEPS), "
           "--model-option", "dim=64",
           "--model-option", "heads=4", "--model-option", "cross_blocks=2", "--model-option", "char_filters=50",
           "--model-option", "top_k=32"]
+# The paper's width (D = 128, 8 heads, 4 cross-passage blocks, 100 character filters) and recipe (batch 32, Adam
+# with 500 warm-up steps, the weight average), K = 32 as above, dev F1 at every epoch end: 16 epochs of the 5,609
+# training questions, about 11 questions a second on a core shared three ways.
+DYNSAN_LONG_EPOCHS = 16
+ABLATION_F1 = 20  # the full model's F1 at the budget the ablations train for, so that their differences mean something
+DYNSAN_LONG = ["--model-option", "top_k=32", "--length-buckets", "8", "--epochs", str(DYNSAN_LONG_EPOCHS)]
 GPU_MINILM = ("BERT-base (110M) for 3 epochs of all 8,672 pairs (minutes on one GPU); "
               f"here MiniLM-L6 (22M) sees {MINILM_STEPS * MINILM_BATCH:,} pairs")
 GPU_WORDS = "GloVe 840B vectors and 10-25 epochs (minutes on one GPU); here fastText trained on the set itself, 1 epoch"
@@ -258,6 +266,11 @@ ROWS = [
            {"em": 60.5, "f1": 66.6}, "DynSAN Table 3"),
           ("-beta0", "(f) - regularisation (beta = 0)", ["--model-option", "gate_l1=0"], {"em": 63.7, "f1": 69.8},
            "DynSAN Table 3"))],
+    # DynSAN at the paper's width with its recipe, trained as long as it takes to learn: its dev curve, epoch by
+    # epoch, says how long that is here and sets the budget of the ablations
+    Row("squad/dynsan-long", "squad-long", "DynSAN (full) at the paper's width, trained until it learns", "squad",
+        "dynsan", [], {"em": 64.2, "f1": 70.3}, "DynSAN Table 3 (SearchQA test)", split="dev", in_hour=False,
+        full=DYNSAN_LONG, full_seeds=(0,)),
 ]
 
 # The papers' claims as differences between two rows: (what, row with the component, row without, metric).
@@ -342,30 +355,40 @@ def shown(argv: list[str]) -> str:
 
 # ---------------------------------------------------------------------------------------------------- runs
 class Ledger:
-    """OUT/runs.json: one record per finished run, rewritten whole (temporary file, then rename) after each."""
+    """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
+    file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
+    long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
+    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed."""
 
     def __init__(self, path: str):
         self.path, self.lock = path, threading.Lock()
-        self.records = {}
-        if os.path.exists(path):
-            with open(path) as f:
-                self.records = json.load(f)
+        self.records = self._read()
+
+    def _read(self) -> dict:
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path) as f:
+            return json.load(f)
 
     def add(self, key: str, record: dict) -> None:
-        with self.lock:
-            self.records[key] = record
-            self._write()
+        self._change(lambda records: records.__setitem__(key, record))
 
     def remove(self, key: str) -> None:
-        with self.lock:
-            self.records.pop(key, None)
-            self._write()
+        self._change(lambda records: records.pop(key, None))
 
-    def _write(self) -> None:
-        staged = f"{self.path}.partial"
-        with open(staged, "w") as f:
-            json.dump(self.records, f, indent=1)
-        os.replace(staged, self.path)
+    def _change(self, change) -> None:
+        import fcntl
+
+        with self.lock, open(f"{self.path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            records = self._read()
+            change(records)
+            staged = f"{self.path}.partial-{os.getpid()}"
+            with open(staged, "w") as f:
+                json.dump(dict(sorted(records.items())), f, indent=1)
+                f.write("\n")
+            os.replace(staged, self.path)
+            self.records = records
 
 
 def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
@@ -399,6 +422,14 @@ def plan_of(run: Run, out: str) -> dict:
         cfg, _ = train.parse_args(argvs[0][1:])
         plan["recipe"] = {name: getattr(cfg, name) for name in ("recipe",) + RECIPE_FIELDS + ("recipe_options",)}
     return json.loads(json.dumps(plan))  # as the ledger stores it (tuples become lists)
+
+
+def dev_history(checkpoint: str) -> list:
+    """[step, dev figures] of every evaluation of a run, from its latest checkpoint: the learning curve."""
+    from jobs.train_loop import read_state
+
+    return [[step, {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}]
+            for step, figures in read_state(checkpoint).get("dev_history", [])]
 
 
 def run_one(run: Run, out: str, env: dict, ledger: Ledger) -> dict:
@@ -438,7 +469,8 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger) -> dict:
                       examples_per_s=train.get("examples_per_s"),
                       checkpoint=os.path.relpath(checkpoint, out),
                       checkpoint_sha256=_sha256(os.path.join(checkpoint, "state.pt")),
-                      config=config["train"], model_config=config["model_config"])
+                      config=config["train"], model_config=config["model_config"],
+                      dev_history=dev_history(train["checkpoint"]))
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     _log(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
@@ -478,8 +510,8 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
         candidates = [r for r in ROWS if r.full is not None]
         plan = candidates
     else:
-        candidates = ROWS
-        plan = [r for r in ROWS if everything or not r.extra]
+        candidates = [r for r in ROWS if r.in_hour]
+        plan = [r for r in candidates if everything or not r.extra]
     if not patterns:
         chosen = plan
     else:
@@ -599,7 +631,7 @@ def summarise(values: list[float]) -> tuple[float, float | None]:
 
 
 def metric_names(row: Row) -> tuple[str, ...]:
-    return ("em", "f1") if row.section == "squad" else ("map", "mrr", "p@1")
+    return ("em", "f1") if row.section.startswith("squad") else ("map", "mrr", "p@1")
 
 
 def row_records(row: Row, ledger: Ledger, profile: str | None = None) -> list[dict]:
@@ -621,7 +653,7 @@ def row_figures(row: Row, ledger: Ledger, profile: str | None = None) -> dict:
     records = row_records(row, ledger, profile)
     figures = {}
     for name in metric_names(row):
-        values = [r["test"][name] * (100 if row.section == "squad" else 1) for r in records
+        values = [r["test"][name] * (100 if row.section.startswith("squad") else 1) for r in records
                   if r["test"].get(name) is not None]
         if values:
             figures[name] = (*summarise(values), len(values))
@@ -733,6 +765,52 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     ax.set_xlabel("F1 points")
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
+    """The learning curve of a run trained as long as it takes (DynSAN at the paper's width): dev EM and F1 after
+    every epoch, the time it took, and where F1 first reached the level the ablations need."""
+    records = row_records(row, ledger)
+    lines = ["## DynSAN learning: the paper's width and recipe, as long as it takes", "",
+             f"{row.label}: the paper's D = 128, 8 heads, 4 cross-passage blocks and 100 character filters, its "
+             "recipe (batch 32, Adam 1e-3 after 500 warm-up steps, the weight average scored), K = 32 for "
+             "single-paragraph contexts, on the 5,609 questions of one SQuAD dev half; EM and F1 on Super_Bowl_50 "
+             f"(810 questions) after every epoch, for {DYNSAN_LONG_EPOCHS} epochs.", ""]
+    if not records:
+        return lines + ["Not run yet: `python bench/results.py --profile full --only 'squad/dynsan-long'`.", ""]
+    record = records[0]
+    history = record.get("dev_history", [])
+    steps_per_epoch = max(1, math.ceil(5609 / 32))
+    reached = next((step for step, f in history if f.get("f1", 0) * 100 >= ABLATION_F1), None)
+    lines += [f"It took {record['seconds'] / 3600:.1f} hours ({record['seconds'] / max(1, len(history)) / 60:.0f} "
+              "minutes an epoch, with other runs sharing the 2 cores). " +
+              (f"F1 first reached {ABLATION_F1} after epoch {math.ceil(reached / steps_per_epoch)} (step {reached})."
+               if reached else f"F1 never reached {ABLATION_F1}: the ablations below it would compare noise."), "",
+              "| epoch | step | EM | F1 |", "|---:|---:|---:|---:|"]
+    lines += [f"| {step / steps_per_epoch:.0f} | {step} | {f.get('em', 0) * 100:.1f} | {f.get('f1', 0) * 100:.1f} |"
+              for step, f in history]
+    plot_long_run(history, steps_per_epoch, os.path.join(figures_dir, "dynsan_learning.png"))
+    return lines + ["", "![DynSAN dev EM and F1 by epoch](results/dynsan_learning.png)", ""]
+
+
+def plot_long_run(history: list, steps_per_epoch: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    epochs = [step / steps_per_epoch for step, _ in history]
+    for name, style in (("f1", "o-"), ("em", "s--")):
+        ax.plot(epochs, [f.get(name, 0) * 100 for _, f in history], style, label=f"dev {name.upper()}")
+    ax.axhline(ABLATION_F1, color="gray", linewidth=0.8, linestyle=":", label=f"F1 {ABLATION_F1}: the ablations' level")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("points")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -855,7 +933,6 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
     for family in EFFICIENCY_PLOTS if cases else ():
         plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
     runs = run_records(ledger)
-    shown_profiles = {row_profile(r, ledger) for r in rows} - {None}
     planned = {profile: sum(len(r.seeds_of(profile)) for r in selected_rows([], profile=profile))
                for profile in ("hour", "full")}
     recorded = {profile: sum(1 for r in runs.values() if r.get("profile", "hour") == profile
@@ -955,6 +1032,8 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
                          f"| {_cell(f.get('f1'), '{:.1f}')} | {run_time(r, ledger)} | {r.paper['em']:.1f} / "
                          f"{r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |")
         lines += ["", "![DynSAN ablations: change in F1 from the full model](results/dynsan_ablations.png)", ""]
+    for row in (r for r in rows if r.section == "squad-long"):
+        lines += long_run_section(row, ledger, figures_dir)
     by_id = {r.id: r for r in rows}
     compared = [c for c in COMPARISONS if c[1] in by_id and c[2] in by_id]
     if compared:

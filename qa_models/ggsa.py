@@ -14,8 +14,10 @@ the sinusoidal positions are added, section 4.2), and a GGSA block (section 3.1.
 iGGSA (section 3.2) adds a question-aware residual in the answer's block, c^q = mean_i h_i^q (5),
 R~ = FeedForward(Y^a * c^q), Y~^a = LayerNorm(Y^a + R~), R = FeedForward(Y~^a) (6), H^a = Y~^a + R (7).
 Question and answer share the encoder by default (as QA-LSTM does); `shared_encoder=False` gives each its own
-blocks, as Figure 7 draws "two GGSA encoders" (the word embeddings stay shared). The composition module (max-pooling, attention, multihop sequential attention) and the pairwise
-(cosine hinge, margin 0.1) or pointwise (MLP + softmax) objective are `qa_models.matching`.
+blocks, as Figure 7 draws "two GGSA encoders" (the word embeddings stay shared). The composition module
+(max-pooling, attention, multihop sequential attention) and the pairwise (cosine hinge, margin 0.1) or pointwise
+(MLP + softmax) objective are `qa_models.matching`. The paper's training (RMSProp with momentum, batch 128,
+random negatives, dropout on the embeddings) is `PAPER_RECIPE`.
 
 The baselines of Tables 2-4 are the same network with one part changed: global self-attention (the
 Transformer block of section 2.1, last layer norm kept, no gate), group self-attention without offsets or

@@ -270,6 +270,23 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
 
 
+def test_a_run_stops_after_patience_evaluations_without_a_new_best_and_stays_stopped(tokenised, tmp_path, ray_local):
+    """--patience: with a learning rate of 0 every dev evaluation ties the first, which is no improvement, so a run
+    evaluating every 2 steps with patience 2 stops at step 6 of 40, keeps its best checkpoint, and run again it
+    resumes stopped rather than training on."""
+    from jobs.train_loop import TrainConfig, read_state, run
+
+    cfg = TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="patience", max_steps=40,
+                      eval_every=2, patience=2, lr=0.0, dim=16, batch_size=8, log_every=2)
+    summary = run(cfg)
+    assert summary["steps"] == 6 and summary["stopped_early"], summary
+    history = read_state(summary["checkpoint"])["dev_history"]
+    assert [step for step, _ in history] == [2, 4, 6]
+    assert summary["best"]["value"] == history[0][1]["map"]
+    again = run(cfg)
+    assert again["steps"] == 6 and again["resumed_from_step"] == 6 and again["stopped_early"]
+
+
 def test_a_worker_that_reserves_every_cpu_still_gets_its_data(tokenised, tmp_path):
     """One worker with every core of a laptop (`--cpus-per-worker 2` on 2 CPUs) leaves none for Ray Data's read
     tasks, which used to wait for a free CPU forever; the reads now reserve none and share the worker's cores."""

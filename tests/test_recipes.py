@@ -172,7 +172,7 @@ def test_ctrn_overlap_features_equal_the_released_code():
     stopword = np.zeros(30, dtype=bool)
     stopword[list(stop)] = True
     questions = [list(rng.integers(1, 30, n)) for n in (3, 7, 1, 5)]
-    answers = [list(rng.integers(1, 30, n)) for n in (9, 2, 4, 12)] 
+    answers = [list(rng.integers(1, 30, n)) for n in (9, 2, 4, 12)]
     answers[0] += questions[0]  # sure overlap, repeated words included
     batch = separate_batch(questions, answers, [1, 0, 0, 1], 50)
     got = overlap_features(batch["question_ids"], batch["question_mask"], batch["answer_ids"], batch["answer_mask"],

@@ -60,6 +60,8 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
     assert all(0 <= summary["metrics"][m] <= 1 for m in metrics)
     state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)
     assert state["model_config"]["task"] == summary["task"]
+    # the paper's recipe: warm-up to a constant rate, and a moving average of the weights that dev is scored with
+    assert state["config"]["schedule"] == "warmup_constant" and state["weight_average"]["updates"] == 6
     assert state["model_config"]["char_vocab_size"] == manifest["char_vocab_size"]
     history = state["dev_history"]
     per_epoch = batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"])
