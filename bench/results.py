@@ -661,14 +661,30 @@ def row_figures(row: Row, ledger: Ledger, profile: str | None = None) -> dict:
 
 
 def run_time(row: Row, ledger: Ledger) -> str:
-    """The mean wall time of the row's shown runs, and how many epochs they trained when the job says."""
+    """The mean wall time of the row's shown runs and, where the ledger has their dev curves, how many dev
+    evaluations (epochs, in the full profile) each ran and after which one its best checkpoint came: a best at the
+    last evaluation of a run that was not stopped early says the run was still improving when its budget ended."""
     records = row_records(row, ledger)
     if not records:
         return "-"
     minutes = statistics.fmean(r["seconds"] for r in records) / 60
     text = f"{minutes:.0f} min" if minutes >= 1.5 else f"{minutes * 60:.0f} s"
-    stopped = sum(1 for r in records if r.get("stopped_early"))
-    return text + (f" ({stopped} of {len(records)} stopped early)" if stopped else "")
+    curves = [(r.get("dev_history") or [], r.get("stopped_early", False)) for r in sorted(records,
+                                                                                          key=lambda r: r["seed"])]
+    metric = metric_names(row)[1 if row.section.startswith("squad") else 0]
+    shapes = []
+    for history, stopped in curves:
+        scores = [figures.get(metric) for _, figures in history if figures.get(metric) is not None]
+        if scores:
+            best = scores.index(max(scores)) + 1
+            shapes.append((len(scores), best, best == len(scores) and not stopped))
+    if not shapes:
+        return text
+    evaluations = "/".join(str(n) for n, _, _ in shapes)
+    bests = "/".join(str(b) for _, b, _ in shapes)
+    still = sum(1 for *_, improving in shapes if improving)
+    return (text + f"; {evaluations} evaluations, best after {bests}"
+            + (f" ({still} still improving at the end)" if still else ""))
 
 
 def _cell(figure, scale: str = "{:.3f}") -> str:

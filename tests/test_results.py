@@ -264,3 +264,15 @@ def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ab
     assert "F1 first reached 20 after epoch 4 (step 704)" in text
     assert "| 4 | 704 | 8.0 | 24.0 |" in text
     assert (tmp_path / "results" / "dynsan_learning.png").stat().st_size > 1000
+
+
+def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_improving(tmp_path):
+    row = next(r for r in results.ROWS if r.id == "wikiqa/ggsa")
+    ledger = results.Ledger(str(tmp_path / "ledger.json"))
+    curves = {0: [0.5, 0.6, 0.55, 0.52], 1: [0.5, 0.55, 0.58, 0.6, 0.62]}  # seed 0 stopped early, seed 1 did not
+    for seed, maps in curves.items():
+        history = [[68 * (i + 1), {"map": value}] for i, value in enumerate(maps)]
+        ledger.add(f"full-wikiqa-ggsa-seed{seed}", dict(_record(row.id, seed, {"map": maps[-1]}, "full"),
+                                                        seconds=600.0 + 120 * seed, dev_history=history,
+                                                        stopped_early=seed == 0))
+    assert results.run_time(row, ledger) == "11 min; 4/5 evaluations, best after 2/5 (1 still improving at the end)"
