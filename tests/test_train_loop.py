@@ -111,7 +111,7 @@ def test_steps_count_optimiser_steps_with_accumulation():
     cfg = TrainConfig(model="gsamn", data="d", batch_size=8, grad_accumulation=3, epochs=2, num_workers=2)
     # 1,000 rows, 500 per worker, 63 micro-batches: 21 steps an epoch
     assert total_steps_for(cfg, 1000) == 42
-    cfg = TrainConfig(model="gsamn", data="d", batch_size=8, grad_accumulation=4)
+    cfg = TrainConfig(model="gsamn", data="d", batch_size=8, grad_accumulation=4, epochs=1)
     assert total_steps_for(cfg, 1000) == 32  # 125 micro-batches: 31 full steps and a short one
 
 

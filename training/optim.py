@@ -91,8 +91,10 @@ class WeightAverage:
         return {"decay": self.decay, "updates": self.updates, "shadow": self.shadow}
 
     def load_state_dict(self, state: dict) -> None:
+        """A saved average (read on the CPU), onto the devices of this one's tensors (the model's)."""
         self.decay, self.updates = state["decay"], state["updates"]
-        self.shadow = {name: value.clone() for name, value in state["shadow"].items()}
+        self.shadow = {name: value.to(self.shadow[name].device if name in self.shadow else value.device,
+                                      copy=True) for name, value in state["shadow"].items()}
 
 
 def evaluation_weights(state: dict) -> dict:
