@@ -24,6 +24,8 @@ def test_every_planned_command_parses_with_its_job(tmp_path, profile):
                     assert (args.test_output is None) == (row.split == "dev"), row.id
                     if profile == "full" and row.section == "squad-long":  # as long as it takes: every epoch
                         assert (cfg.epochs, cfg.patience) == (results.DYNSAN_LONG_EPOCHS, 0), row.id
+                    elif profile == "full" and row.section == "squad":  # the ablations' fixed budget
+                        assert (cfg.epochs, cfg.patience) == (results.DYNSAN_ABLATION_EPOCHS, 0), row.id
                     elif profile == "full":  # until dev stops improving, at most 5 epochs, with the paper's recipe
                         assert (cfg.epochs, cfg.patience, cfg.recipe) == (5, 2, "paper"), row.id
                         assert args.max_steps is None, row.id
@@ -276,3 +278,20 @@ def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_imp
                                                         seconds=600.0 + 120 * seed, dev_history=history,
                                                         stopped_early=seed == 0))
     assert results.run_time(row, ledger) == "11 min; 4/5 evaluations, best after 2/5 (1 still improving at the end)"
+
+
+def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_level():
+    """DYNSAN_ABLATION_EPOCHS is read off the long DynSAN run's curve in the committed ledger: the first epoch at
+    which its dev F1 reached ABLATION_F1. A re-run long curve that says otherwise fails here."""
+    path = os.path.join(results.REPO, "docs", "results", "ledger.json")
+    record = results.Ledger(path).records.get("full-squad-dynsan-long-seed0") if os.path.exists(path) else None
+    if not record or not record.get("dev_history"):
+        pytest.skip("the long DynSAN run is not in the committed ledger yet")
+    per_epoch = -(-5609 // 32)
+    reached = next((step for step, f in record["dev_history"] if f["f1"] * 100 >= results.ABLATION_F1), None)
+    assert reached is not None and results.DYNSAN_ABLATION_EPOCHS == -(-reached // per_epoch)
+    ablations = [r for r in results.selected_rows([], profile="full") if r.section == "squad"]
+    assert len(ablations) == 6
+    for row in ablations:
+        argv = results.commands(row, 0, "out", "full")[0]
+        assert argv[argv.index("--epochs") + 1] == str(results.DYNSAN_ABLATION_EPOCHS)
