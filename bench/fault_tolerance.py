@@ -72,7 +72,10 @@ def node_of(pid: int, nodes: list) -> object | None:
     while pid > 1:
         if pid in raylets:
             return raylets[pid]
-        pid = _parent(pid)
+        try:
+            pid = _parent(pid)
+        except OSError:  # the process (or an ancestor) ended meanwhile
+            return None
     return None
 
 
@@ -98,7 +101,9 @@ class Injector(threading.Thread):
         deadline = time.time() + self.timeout
         while time.time() < deadline and not recorded_checkpoints(self.run_dir):
             time.sleep(0.2)
-        pids = train_worker_pids()
+        # only this cluster's workers: another Ray on the machine (a results run beside the tests) is not ours to kill
+        nodes = [self.cluster.head_node, *self.cluster.worker_nodes]
+        pids = [pid for pid in train_worker_pids() if node_of(pid, nodes) is not None]
         if not pids:
             self.detail = "no training worker found"
             return
