@@ -133,6 +133,7 @@ class Row:
     full_seeds: tuple = SEEDS
     revision: int = 0  # raised when what the row's commands do changes without the commands changing
     needs: tuple = ()  # data steps beyond its data set and that set's vectors
+    full_extra: str = ""  # why the row is left out of the full profile's plan (it runs with --only or --all)
 
     def seeds_of(self, profile: str, seeds: tuple = SEEDS) -> tuple:
         """The seeds of this row in `profile`; multi-seed rows take the invocation's --seeds."""
@@ -215,6 +216,10 @@ OCCAM_EXTRA = ("left out of the hour: the Occam regulariser is checked once, on 
                "`python bench/results.py --profile hour --only '*occam*'` runs these")
 CROSS_ENCODER_EXTRA = ("left out of the hour: 3 epochs of all 8,672 pairs take about 16 minutes on both cores; "
                        "`python bench/results.py --profile hour --only 'wikiqa/minilm-cross-encoder-3-epochs'` runs it")
+MPNET_EXTRA = ("left out of the full profile's plan on 2 CPU cores: MPNet-base costs about 6 times MiniLM-L6's "
+               "compute a step (a batch of 32 x 64 forward and backward: 14.7 s against 2.5 s, on one core shared with two training runs), so "
+               "about 6 hours a run, 13 for pretraining and transfer; minutes on a GPU: `python bench/results.py "
+               "--profile full --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)")
 GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
 IARNN_T2, IARNN_T4 = "IARNN Table 2", "IARNN Table 4 (clean, small TRAIN)"
 ROWS = [
@@ -240,6 +245,17 @@ ROWS = [
         GPU_MINILM + "; transfer from all of Stack Exchange (10.5M pairs, about a GPU-day) against one "
         "4k-pair site here",
         init_from="seqa/minilm-gsamn-pretrain", full=MINILM_FULL),
+    # The base-size encoder of the paper's headline rows: MPNet-base (110M, as BERT-base) pretrained on the beer
+    # build, then fine-tuned on WikiQA; about 6 times MiniLM-L6's compute a step (measured), so hours of one core a
+    # run: a GPU's rows, outside the full profile's plan on this machine
+    Row("seqa/mpnet-gsamn-pretrain", "pretrain", "MPNet-base + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
+        "gsamn", [], seeds=(0,), in_hour=False, full_seeds=(0,), full_extra=MPNET_EXTRA,
+        full=["--encoder-path", "mpnet-base", "--max-len", "96", *FULL]),
+    Row("wikiqa/mpnet-gsamn-transfer", "wikiqa", "MPNet-base + GSAMN + transfer from StackExchangeQA", "wikiqa",
+        "gsamn", [], {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
+        "BERT-base is matched in size; transfer from all of Stack Exchange (10.5M pairs, about a GPU-day) against "
+        "one 4k-pair site here", init_from="seqa/mpnet-gsamn-pretrain", in_hour=False, full_extra=MPNET_EXTRA,
+        full=["--encoder-path", "mpnet-base", "--max-len", "64", *FULL]),
     # WikiQA with word vectors: the other papers' encoders
     Row("wikiqa/ggsa", "wikiqa", "GGSA (max-pooling, pairwise)", "wikiqa", "ggsa", WORDS, gpu=GPU_WORDS, full=FULL),
     Row("wikiqa/iggsa", "wikiqa", "iGGSA (max-pooling, pairwise)", "wikiqa", "iggsa", WORDS, gpu=GPU_WORDS,
@@ -539,12 +555,13 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
 
 
 def selected_rows(patterns: list[str], everything: bool = False, profile: str = "hour") -> list[Row]:
-    """The profile's plan: the hour's rows without `extra`, or the rows with full-profile options; with `patterns`,
+    """The profile's plan: the hour's rows without `extra`, or the rows with full-profile options without
+    `full_extra`; with `patterns`,
     the rows they match (in the hour, extra ones included); with `everything`, every row of the profile. Rows
     they fine-tune from come along."""
     if profile == "full":
         candidates = [r for r in ROWS if r.full is not None]
-        plan = candidates
+        plan = [r for r in candidates if everything or not r.full_extra]
     else:
         candidates = [r for r in ROWS if r.in_hour]
         plan = [r for r in candidates if everything or not r.extra]
@@ -1153,6 +1170,8 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
     lines += ["## Missing rows", "", "| the paper's rows | why not here |", "|---|---|"]
     lines += [f"| {what} | {why} |" for what, why in MISSING]
     lines += [f"| {r.label} ({r.source}) | {r.extra} |" for r in ROWS if r.extra and r not in rows]
+    lines += [f"| {r.label} ({r.source or 'the pretraining it fine-tunes from'}) | {r.full_extra} |"
+              for r in ROWS if r.full_extra and not row_figures(r, ledger)]
     lines.append("")
     if cases:
         lines += ["## Efficiency", "",
