@@ -679,6 +679,7 @@ def train_loop_per_worker(config: dict) -> None:
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     step, epoch, batch_in_epoch, resumed_from, curve, dev_history = 0, 0, 0, 0, [], []
     stopped_early, averaged_state = False, None
+    trained_before = 0.0  # seconds this run trained before its latest resume, up to the checkpoint it resumed from
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
@@ -692,6 +693,7 @@ def train_loop_per_worker(config: dict) -> None:
             scaler.load_state_dict(state["scaler"])
         step, epoch, batch_in_epoch, curve = state["step"], state["epoch"], state["batch_in_epoch"], state["curve"]
         dev_history = state.get("dev_history", [])
+        trained_before = state.get("trained_seconds", 0.0)
         resumed_from = step
         if rank == 0:
             _log(f"[train] resumed from step {step} (epoch {epoch}, batch {batch_in_epoch})")
@@ -706,6 +708,7 @@ def train_loop_per_worker(config: dict) -> None:
             model.load_word_statistics(*word_statistics(list(dict.fromkeys(p for p, *_ in config["train_row_groups"])),
                                                         config["vocab_path"]))
 
+    segment_started = time.time()
     model = ray.train.torch.prepare_model(model)
     core = model.module if hasattr(model, "module") else model
     average = WeightAverage(core, cfg.ema_decay) if cfg.ema_decay else None
@@ -722,8 +725,10 @@ def train_loop_per_worker(config: dict) -> None:
     def save(metrics: dict, test: tuple[dict, list[dict]] | None = None) -> None:
         dev_metrics_now = metrics.get("dev") or {}
         score = dev_metrics_now.get(metric)
+        trained = trained_before + time.time() - segment_started  # every invocation's, work lost to a crash aside
         metrics = dict(metrics, step=step, epoch=epoch, resumed_from_step=resumed_from, curve=curve,
-                       dev_history=dev_history, **{SCORE: float(score) if score is not None else NO_SCORE})
+                       dev_history=dev_history, trained_seconds=trained, resumed_trained_seconds=trained_before,
+                       **{SCORE: float(score) if score is not None else NO_SCORE})
         if rank != 0:
             ray.train.report(metrics, checkpoint=None)
             return
@@ -734,6 +739,7 @@ def train_loop_per_worker(config: dict) -> None:
                      "epoch": epoch, "batch_in_epoch": batch_in_epoch, "curve": curve, "dev_history": dev_history,
                      "config": asdict(cfg), "model_config": asdict(core.config), "vocab_size": vocab_size,
                      "vocab_sha256": config["vocab_sha256"], "stopped_early": stopped_early,
+                     "trained_seconds": trained,
                      "weight_average": average.state_dict() if average is not None else None}
             torch.save(state, os.path.join(directory, STATE_FILE))
             if test:  # the held-out split's figures travel with the weights that earned them
@@ -1026,6 +1032,8 @@ def run(cfg: TrainConfig) -> dict:
         publish(local, curve_png)
     return {"model": cfg.model, "embeddings": vectors, "init_from": init_from, "steps": metrics.get("step", 0),
             "resumed_from_step": metrics.get("resumed_from_step", 0),
+            "trained_seconds": metrics.get("trained_seconds"),
+            "resumed_trained_seconds": metrics.get("resumed_trained_seconds", 0.0),
             "task": task, "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
             "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",

@@ -257,6 +257,8 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     summary = json.loads(again.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 40
     assert summary["resumed_from_step"] >= 10, summary  # from the checkpoint, not from step 0
+    # the time it trained counts the killed invocation's, up to the checkpoint it resumed from
+    assert 0 < summary["resumed_trained_seconds"] < summary["trained_seconds"], summary
     assert summary["model"] == "gsamn" and summary["metrics"]["map"] is not None and summary["checkpoint"]
 
     # The same configuration uninterrupted (one CPU per worker either way, so the same torch threads): a resume
@@ -266,6 +268,7 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     reference = run(TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="reference",
                                 max_steps=40, checkpoint_every=10, dim=16))
     assert reference["steps"] == 40 and reference["resumed_from_step"] == 0
+    assert reference["resumed_trained_seconds"] == 0 and reference["trained_seconds"] > 0
     resumed, uninterrupted = read_state(summary["checkpoint"])["model"], read_state(reference["checkpoint"])["model"]
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
 
