@@ -132,13 +132,17 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
     text = report.read_text()
     assert "the last complete invocation took 50 minutes of wall time (3 of them preparing the data)" in text
     line = next(line for line in text.splitlines() if line.startswith("| IARNN-gate |") and "0.600" in line)
-    assert "| hour | 1 | 0.600 (1 run) |" in line and "| 10 s |" in line
+    assert "| hour | 1 | 0.600 (1 run) |" in line and "| 10 s | as shown |" in line
     # once the full profile has runs of a row, the row shows those, and a claim across profiles is not judged
     ledger.add("full-wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.7, "mrr": 0.7}, "full"))
     ledger.add("wikiqa-iarnn-word-seed0", _record("wikiqa/iarnn-word", 0, {"map": 0.6, "mrr": 0.7}))
     results.write_report(results.report_rows(ledger), ledger, str(out), str(report))
     text = report.read_text()
-    assert any(line.startswith("| IARNN-gate | full | 1 | 0.700 (1 run) |") for line in text.splitlines())
+    line = next(line for line in text.splitlines() if line.startswith("| IARNN-gate |"))
+    assert line.startswith("| IARNN-gate | full | 1 | 0.700 (1 run) |")
+    assert "| 10 s | 0.600 (1 run), 10 s |" in line  # the hour's figure and time beside the full profile's
+    line = next(line for line in text.splitlines() if line.startswith("| IARNN-word |") and "full" not in line)
+    assert "| as shown |" in line
     assert "recipes" in text.lower() and "adadelta" in text
 
 
