@@ -61,15 +61,35 @@ def buckets_for(count: int, bucket_size: int) -> int:
     return max(1, math.ceil(count / bucket_size))
 
 
+def _group_column(batch: pa.Table, mode: str) -> tuple[pa.Array, np.ndarray]:
+    """Each row's pool groups as one string array, and for each of them the index of its row (several groups a
+    row in tag mode, one otherwise)."""
+    import pyarrow.compute as pc
+
+    rows = np.arange(batch.num_rows)
+    if mode == "site":
+        return pc.binary_join_element_wise(batch["split"], batch["site"], "|"), rows
+    if mode == "any":
+        return batch["split"].combine_chunks() if isinstance(batch["split"], pa.ChunkedArray) else batch["split"], rows
+    if mode == "tag":
+        tags = batch["tags"].combine_chunks()
+        parents = pc.list_parent_indices(tags).to_numpy()
+        flat = pc.list_flatten(tags)
+        return pc.binary_join_element_wise(pc.take(batch["split"], parents), pc.take(batch["site"], parents), flat,
+                                           "|"), parents
+    raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
+
+
 def pool_rows(batch: pa.Table, mode: str) -> pa.Table:
     """Candidate answers as `pool` rows keyed by group (one row per group; several in tag mode)."""
-    rows = []
-    for r in batch.to_pylist():
-        for group in pool_groups(r["site"], r["split"], r["tags"], mode):
-            rows.append({"kind": "pool", "group": group, "bucket": -1, "qid": r["qid"], "aid": r["aid"],
-                         "question": "", "answer": r["answer"], "score": r["score"], "wanted": 0,
-                         "site": r["site"], "split": r["split"]})
-    return pa.Table.from_pylist(rows, schema=REQUESTS)
+    groups, rows = _group_column(batch, mode)
+    n = len(rows)
+    taken = batch.select(["qid", "aid", "answer", "score", "site", "split"]).take(pa.array(rows, pa.int64()))
+    return pa.table({
+        "kind": pa.array(["pool"] * n, pa.string()), "group": groups, "bucket": pa.array(np.full(n, -1, np.int64)),
+        "qid": taken["qid"], "aid": taken["aid"], "question": pa.array([""] * n, pa.string()),
+        "answer": taken["answer"], "score": taken["score"], "wanted": pa.array(np.zeros(n, np.int64)),
+        "site": taken["site"], "split": taken["split"]}).cast(REQUESTS)
 
 
 class AssignBuckets:
@@ -90,13 +110,33 @@ class AssignBuckets:
         return batch.set_column(index, "bucket", pa.array(buckets, pa.int64()))
 
 
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function over uint64 counters: the i-th number of a stream is splitmix64(base + i x
+    golden). Counter-based, so any draw can be computed alone, in any order, on any worker."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(_GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _stream(base: int, count: int) -> list[int]:
+    """`count` numbers of the SplitMix64 stream that starts at `base`."""
+    with np.errstate(over="ignore"):
+        counters = np.uint64(base) + np.arange(count, dtype=np.uint64) * np.uint64(_GOLDEN)
+    return splitmix64(counters).tolist()
+
+
 class RequestNegatives:
     """Positive pairs to `request` rows: how many negatives each wants from which (group, bucket).
 
-    Works row by row (no shuffle): a positive's count, floor(k) or floor(k)+1, is seeded by its answer id;
-    its buckets by (seed, answer id); the pool group, which must be the same for all positives of a question
-    (tag mode), by (seed, question id). Requests of one question that land in the same bucket are merged
-    there and drawn together, without replacement.
+    Works batch-wise (no shuffle): a positive's count, floor(k) or floor(k)+1, is seeded by its answer id; its
+    pool group (one per question: tag mode offers several) by (seed, question id); its buckets by a SplitMix64
+    stream seeded by (seed, answer id), for all positives of a batch in one vectorised call. Requests of one
+    question that land in the same bucket are merged there and drawn together, without replacement.
     """
 
     def __init__(self, sizes_ref, k: float, seed: int, mode: str, bucket_size: int):
@@ -111,93 +151,134 @@ class RequestNegatives:
         return whole + (1 if frac and (_hash64("k", self.seed, aid) / 2**64) < frac else 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        out = []
-        for row in batch.select(["qid", "aid", "question", "site", "split", "tags"]).to_pylist():
-            qid, site, split = row["qid"], row["site"], row["split"]
-            wanted = self.wanted(row["aid"])
-            choices = [g for g in sorted(set(pool_groups(site, split, row["tags"], self.mode))) if self.sizes.get(g)]
-            if not choices or not wanted:
-                if wanted:
-                    out.append({"kind": "short", "group": "", "bucket": -1, "qid": qid, "aid": "", "question": "",
-                                "answer": "", "score": 0, "wanted": wanted, "site": site, "split": split})
-                continue
-            group_rng = np.random.default_rng([self.seed, _hash64("group", qid) >> 1])
-            pool_group = choices[int(group_rng.integers(len(choices)))]  # one group per question
-            buckets = buckets_for(self.sizes[pool_group], self.bucket_size)
-            rng = np.random.default_rng([self.seed, _hash64("buckets", row["aid"]) >> 1])
-            counts = np.bincount(rng.integers(0, buckets, size=wanted), minlength=buckets)
-            out.extend({"kind": "request", "group": pool_group, "bucket": int(b), "qid": qid, "aid": "",
-                        "question": row["question"], "answer": "", "score": 0, "wanted": int(n), "site": site,
-                        "split": split} for b, n in enumerate(counts) if n)
-        return pa.Table.from_pylist(out, schema=REQUESTS)
+        n = batch.num_rows
+        if n == 0:
+            return REQUESTS.empty_table()
+        groups, parents = _group_column(batch, self.mode)
+        choices: list[list[str]] = [[] for _ in range(n)]
+        for group, row in zip(groups.to_pylist(), parents.tolist()):
+            if self.sizes.get(group):
+                choices[row].append(group)
+        qids, aids = batch["qid"].to_pylist(), batch["aid"].to_pylist()
+        wanted = np.array([self.wanted(a) for a in aids], dtype=np.int64)
+        chosen: list[str] = [""] * n
+        buckets = np.ones(n, dtype=np.int64)
+        for i, options in enumerate(choices):
+            if options and wanted[i]:
+                options = sorted(set(options))
+                pick = options[_hash64("group", self.seed, qids[i]) % len(options)] if len(options) > 1 else options[0]
+                chosen[i], buckets[i] = pick, buckets_for(self.sizes[pick], self.bucket_size)
+        drawing = np.array([bool(c) for c in chosen]) & (wanted > 0)
+        short_rows = np.flatnonzero(~drawing & (wanted > 0))
+        rows = np.flatnonzero(drawing)
+        counts = wanted[rows]
+        # One draw per negative wanted: row r's j-th bucket is splitmix64(hash(seed, aid) + j x golden) mod B_r.
+        bases = np.array([_hash64("buckets", self.seed, aids[r]) for r in rows], dtype=np.uint64)
+        which = np.repeat(np.arange(len(rows)), counts)
+        step = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
+        with np.errstate(over="ignore"):
+            draws = splitmix64(bases[which] + step.astype(np.uint64) * np.uint64(_GOLDEN))
+        bucket = (draws % buckets[rows][which].astype(np.uint64)).astype(np.int64)
+        keys, per_key = np.unique(which * int(buckets.max()) + bucket, return_counts=True)
+        request_rows = rows[keys // int(buckets.max())]
+        tables = [self._rows(batch, request_rows, "request", [chosen[r] for r in request_rows.tolist()],
+                             keys % int(buckets.max()), per_key)]
+        if len(short_rows):
+            tables.append(self._rows(batch, short_rows, "short", [""] * len(short_rows),
+                                     np.full(len(short_rows), -1), wanted[short_rows]))
+        return pa.concat_tables(tables)
+
+    @staticmethod
+    def _rows(batch: pa.Table, rows: np.ndarray, kind: str, groups: list[str], buckets: np.ndarray,
+              wanted: np.ndarray) -> pa.Table:
+        m = len(rows)
+        taken = batch.select(["qid", "question", "site", "split"]).take(pa.array(rows, pa.int64()))
+        question = taken["question"] if kind == "request" else pa.array([""] * m, pa.string())
+        return pa.table({
+            "kind": pa.array([kind] * m, pa.string()), "group": pa.array(groups, pa.string()),
+            "bucket": pa.array(np.asarray(buckets, np.int64)), "qid": taken["qid"],
+            "aid": pa.array([""] * m, pa.string()), "question": question, "answer": pa.array([""] * m, pa.string()),
+            "score": pa.array(np.zeros(m, np.int32)), "wanted": pa.array(np.asarray(wanted, np.int64)),
+            "site": taken["site"], "split": taken["split"]}).cast(REQUESTS)
+
+
+def _draw_without_replacement(base: int, population: int, count: int) -> list[int]:
+    """`count` distinct indices of range(population) in a uniformly random order (a partial Fisher-Yates shuffle
+    kept in a dict, so O(count)), from the SplitMix64 stream at `base`."""
+    swapped: dict[int, int] = {}
+    out = []
+    for i, r in enumerate(_stream(base, count)):
+        j = i + r % (population - i)
+        out.append(swapped.get(j, j))
+        swapped[j] = swapped.get(i, i)
+    return out
 
 
 def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
-    """`sample_bucket` over every (group, bucket) of a block that holds whole buckets (after a shuffle by
-    them)."""
-    from pipelines.blocks import map_groups_in_block
+    """Negative pairs for every (group, bucket) of a block that holds whole buckets (after a shuffle by them):
+    each request draws, without replacement, from its bucket's answers that are not its own question's."""
+    import pyarrow.compute as pc
 
-    return map_groups_in_block(block, ["group", "bucket"], lambda rows: _bucket_negatives(rows, seed), NEGATIVES)
-
-
-def sample_bucket(group: pa.Table, seed: int) -> pa.Table:
-    """The pool rows and request rows of one (group, bucket) to negative pairs."""
-    return pa.Table.from_pylist(_bucket_negatives(group.to_pylist(), seed), schema=NEGATIVES)
-
-
-def _bucket_negatives(rows: list[dict], seed: int) -> list[dict]:
-    kinds = [r["kind"] for r in rows]
-    pool = sorted((r for r, k in zip(rows, kinds) if k == "pool"), key=lambda r: r["aid"])
-    merged: dict[tuple[str, str], dict] = {}
-    for r, k in zip(rows, kinds):
-        if k != "pool":
-            key = (r["kind"], r["qid"])
-            if key in merged:
-                merged[key]["wanted"] += r["wanted"]
-            else:
-                merged[key] = dict(r)
-    requests = [merged[key] for key in sorted(merged, key=lambda kq: (kq[1], kq[0]))]
-    pool_qids = [r["qid"] for r in pool]
-    own_answers: dict[str, int] = {}
-    for qid in pool_qids:
-        own_answers[qid] = own_answers.get(qid, 0) + 1
-    out = []
-    for request in requests:
-        if request["kind"] == "short":
-            out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
-                        "site": request["site"], "split": request["split"], "short": request["wanted"]})
+    if block.num_rows == 0:
+        return NEGATIVES.empty_table()
+    is_pool = pc.equal(block["kind"], "pool")
+    pool = block.filter(is_pool)
+    pool = pool.take(pc.sort_indices(pool, [("group", "ascending"), ("bucket", "ascending"), ("aid", "ascending")]))
+    segments: dict[tuple[str, int], tuple[int, int]] = {}
+    pool_groups, pool_buckets, pool_qids = (pool[c].to_pylist() for c in ("group", "bucket", "qid"))
+    own: dict[tuple[str, int, str], int] = {}
+    for i, key in enumerate(zip(pool_groups, pool_buckets)):
+        start, _ = segments.get(key, (i, i))
+        segments[key] = (start, i + 1)
+        own_key = (*key, pool_qids[i])
+        own[own_key] = own.get(own_key, 0) + 1
+    requests = block.filter(pc.invert(is_pool)).group_by(["group", "bucket", "kind", "qid"], use_threads=False) \
+        .aggregate([("wanted", "sum"), ("question", "first"), ("site", "first"), ("split", "first")]) \
+        .rename_columns({"question_first": "question", "site_first": "site", "split_first": "split"})
+    requests = requests.take(pc.sort_indices(requests, [("group", "ascending"), ("bucket", "ascending"),
+                                                        ("qid", "ascending"), ("kind", "ascending")]))
+    picked_pool, picked_request, short_request, short_count = [], [], [], []
+    columns = zip(*(requests[c].to_pylist() for c in ("group", "bucket", "kind", "qid", "wanted_sum")))
+    for r, (group, bucket, kind, qid, wanted) in enumerate(columns):
+        if kind == "short":
+            short_request.append(r)
+            short_count.append(wanted)
             continue
-        qid, wanted = request["qid"], request["wanted"]
-        own = own_answers.get(qid, 0)
-        take = min(wanted, len(pool) - own)
-        rng = np.random.default_rng([seed, _hash64("draw", qid, request["group"], request["bucket"]) >> 1])
-        if take <= 0:
-            chosen = []
-        elif own == 0:
-            chosen = rng.choice(len(pool), size=take, replace=False)
-        else:
-            # Draw a few more than needed and drop the question's own answers: O(wanted), not O(pool).
-            drawn = rng.choice(len(pool), size=min(len(pool), take + own), replace=False)
-            chosen = [i for i in drawn if pool_qids[i] != qid][:take]
-        for index in sorted(chosen, key=lambda i: pool[i]["aid"]):
-            answer = pool[index]
-            out.append({"qid": request["qid"], "question": request["question"], "aid": answer["aid"],
-                        "answer": answer["answer"], "score": answer["score"], "site": request["site"],
-                        "split": request["split"], "short": 0})
-        if take < request["wanted"]:
-            out.append({"qid": request["qid"], "question": "", "aid": "", "answer": "", "score": 0,
-                        "site": request["site"], "split": request["split"], "short": request["wanted"] - take})
-    return out
+        start, end = segments.get((group, bucket), (0, 0))
+        mine = own.get((group, bucket, qid), 0)
+        take = max(0, min(wanted, end - start - mine))
+        if take:
+            base = _hash64("draw", seed, qid, group, bucket)
+            drawn = _draw_without_replacement(base, end - start, min(end - start, take + mine))
+            chosen = [start + i for i in drawn if pool_qids[start + i] != qid][:take]
+            chosen.sort()  # by answer id
+            picked_pool += chosen
+            picked_request += [r] * len(chosen)
+        if take < wanted:
+            short_request.append(r)
+            short_count.append(wanted - take)
+    answers = pool.select(["aid", "answer", "score"]).take(pa.array(picked_pool, pa.int64()))
+    asking = requests.select(["qid", "question", "site", "split"]).take(pa.array(picked_request, pa.int64()))
+    drawn = pa.table({"qid": asking["qid"], "question": asking["question"], "aid": answers["aid"],
+                      "answer": answers["answer"], "score": answers["score"], "site": asking["site"],
+                      "split": asking["split"], "short": pa.array(np.zeros(len(picked_pool), np.int64))})
+    m = len(short_request)
+    lacking = requests.select(["qid", "site", "split"]).take(pa.array(short_request, pa.int64()))
+    shortfall = pa.table({"qid": lacking["qid"], "question": pa.array([""] * m, pa.string()),
+                          "aid": pa.array([""] * m, pa.string()), "answer": pa.array([""] * m, pa.string()),
+                          "score": pa.array(np.zeros(m, np.int32)), "site": lacking["site"], "split": lacking["split"],
+                          "short": pa.array(np.asarray(short_count, np.int64))})
+    return pa.concat_tables([drawn.cast(NEGATIVES), shortfall.cast(NEGATIVES)])
 
 
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
     """Answers per pool group, counted per batch and summed on the driver (no shuffle)."""
     def count(batch: pa.Table) -> pa.Table:
-        counts: dict[str, int] = {}
-        for site, split, tags in zip(*(batch.column(c).to_pylist() for c in ("site", "split", "tags"))):
-            for group in pool_groups(site, split, tags, mode):
-                counts[group] = counts.get(group, 0) + 1
-        return pa.table({"group": list(counts), "count": list(counts.values())})
+        import pyarrow.compute as pc
+
+        groups, _ = _group_column(batch, mode)
+        counts = pc.value_counts(groups)
+        return pa.table({"group": counts.field("values"), "count": counts.field("counts").cast(pa.int64())})
 
     sizes: dict[str, int] = {}
     for row in pool.map_batches(count, batch_format="pyarrow").take_all():

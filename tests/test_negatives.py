@@ -78,3 +78,45 @@ def test_fractional_k_and_shortfall(ray_local):
     negatives, short = _sample(ray_local, 5, "site", bucket_size=64, partitions=2, positives=tiny_positives,
                                pool=tiny_pool)
     assert len(negatives) == 4 and short == 3 * 2 * 5 - 4
+
+
+def test_splitmix64_matches_the_reference_stream():
+    """Golden values: SplitMix64 (Steele, Lea, Flood 2014) seeded with 0 gives 0xE220A8397B1DCDAF, then
+    0x6E789E6AA1B965F4, then 0x06C45D188009454F."""
+    import numpy as np
+
+    from pipelines.negatives import _stream, splitmix64
+
+    expected = [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    assert _stream(0, 3) == expected
+    assert splitmix64(np.array([0], np.uint64)).tolist() == expected[:1]
+
+
+def test_draws_without_replacement_are_distinct_and_uniform():
+    from pipelines.negatives import _draw_without_replacement
+
+    assert sorted(_draw_without_replacement(7, 10, 10)) == list(range(10))
+    firsts = Counter(_draw_without_replacement(base, 5, 3)[0] for base in range(5000))
+    assert all(len(set(_draw_without_replacement(b, 50, 20))) == 20 for b in range(200))
+    assert set(firsts) == set(range(5)) and all(800 < n < 1200 for n in firsts.values()), firsts
+
+
+def test_a_bucket_never_gives_a_question_its_own_answers_or_more_than_it_has():
+    """`sample_buckets` on one block, without Ray: a question with most of the bucket's answers gets only the
+    others, and its shortfall is counted."""
+    import pyarrow as pa
+
+    from pipelines.negatives import REQUESTS, sample_buckets
+
+    def row(kind, qid, aid="", wanted=0):
+        return {"kind": kind, "group": "train|s", "bucket": 0, "qid": qid, "aid": aid, "question": f"q {qid}",
+                "answer": f"a {aid}", "score": 1, "wanted": wanted, "site": "s", "split": "train"}
+
+    pool = [row("pool", "q1", f"a1-{i}") for i in range(6)] + [row("pool", "q2", "a2-0"), row("pool", "q3", "a3-0")]
+    requests = [row("request", "q1", wanted=2), row("request", "q1", wanted=1), row("request", "q2", wanted=3)]
+    out = sample_buckets(pa.Table.from_pylist(pool + requests, schema=REQUESTS), seed=3).to_pylist()
+    q1 = [r for r in out if r["qid"] == "q1"]
+    assert sorted(r["aid"] for r in q1 if r["aid"]) == ["a2-0", "a3-0"] and sum(r["short"] for r in q1) == 1
+    q2 = [r["aid"] for r in out if r["qid"] == "q2" and r["aid"]]
+    assert len(q2) == 3 == len(set(q2)) and not any(a.startswith("a2-") for a in q2) and q2 == sorted(q2)
+    assert out == sample_buckets(pa.Table.from_pylist((pool + requests)[::-1], schema=REQUESTS), seed=3).to_pylist()

@@ -144,3 +144,50 @@ def test_conform_and_file_check(tmp_path):
     pq.write_table(good.set_column(0, "qid", pa.array([1])), path)
     with pytest.raises(SchemaMismatch, match=r"bad\.parquet: schema mismatch: column 'qid' is int64"):
         check_parquet_files([str(path)], QA_PAIRS)
+
+
+def _counts_row_by_row(batch: pa.Table) -> dict:
+    """The funnel's counts as the build first made them, one row at a time: the reference for `_count_threads`."""
+    from pipelines.stackexchangeqa import KEPT_QUESTION, POSITIVE, _length_label
+
+    counts: dict[str, int] = {}
+
+    def add(key: str) -> None:
+        counts[key] = counts.get(key, 0) + 1
+
+    for r in batch.to_pylist():
+        add(f"status\x1f{r['site']}\x1f{r['role']}\x1f{r['status']}")
+        if r["lang_by"] != "none":
+            add(f"lang\x1f{r['lang_by'] or 'no_text'}")
+        if r["status"].endswith("overlaps_test_set"):
+            for name in (r["detail"] or "").split(","):
+                add(f"overlap\x1f{name}\x1f{r['role']}")
+        if r["status"] in (KEPT_QUESTION, POSITIVE):
+            add(f"licence\x1f{r['licence'] or 'unknown'}")
+            text = r["question"] if r["role"] == "question" else r["answer"]
+            add(f"length\x1f{r['role']}\x1f{_length_label(len(text.split()))}")
+        if r["status"] == KEPT_QUESTION:
+            add(f"questions\x1f{r['split']}")
+    return counts
+
+
+def test_funnel_counts_are_the_row_by_row_counts(beer_dump):
+    """The vectorised counts of a batch of thread rows, on the real beer dump's threads (and a few rows made to
+    take every branch: overlaps, no text, unknown licence, odd whitespace), equal the row-by-row reference."""
+    import json
+
+    from crawl.dump import iter_post_tables
+    from pipelines.stackexchangeqa import PostAnalysis, THREAD_ROWS, _count_threads, assemble_threads
+
+    analysis = PostAnalysis()
+    posts = pa.concat_tables([analysis(t) for t in iter_post_tables(beer_dump)])
+    threads = assemble_threads(posts, min_score=2, english_threshold=0.5, dev_fraction=0.1, test_fraction=0.1)
+    extra = [dict(threads.slice(0, 1).to_pylist()[0], status=status, role=role, detail=detail, licence=licence,
+                  lang_by=lang_by, question=text, answer=text)
+             for status, role, detail, licence, lang_by, text in [
+                 ("question_overlaps_test_set", "question", "wikiqa,trecqa", "x", "fasttext", "q"),
+                 ("answer_overlaps_test_set", "answer", "wikiqa", "x", "", ""),
+                 ("positive", "answer", "", "", "langdetect", " \x1c odd\u2028 white\xa0space "),
+                 ("question", "question", "", "", "none", "")]]
+    batch = pa.concat_tables([threads, pa.Table.from_pylist(extra, schema=THREAD_ROWS)])
+    assert json.loads(_count_threads(batch)["counts"][0].as_py()) == _counts_row_by_row(batch)
