@@ -218,9 +218,147 @@ def assemble_thread(group: pa.Table, min_score: int, english_threshold: float, d
                                              test_fraction), schema=THREAD_ROWS)
 
 
-def assemble_threads(block: pa.Table, **options) -> pa.Table:
-    """`assemble_thread` over every thread of a block that holds whole threads (after a shuffle by thread)."""
+def assemble_threads_row_by_row(block: pa.Table, **options) -> pa.Table:
+    """`assemble_thread` over every thread of a block, one thread at a time: the reference `assemble_threads`
+    is tested against."""
     return map_groups_in_block(block, ["site", "thread"], lambda rows: _thread_rows(rows, **options), THREAD_ROWS)
+
+
+def _differs_from_previous(table: pa.Table, keys: list[str]) -> np.ndarray:
+    """True for each row whose `keys` differ from the row before (and for the first row); nulls equal nulls."""
+    n = table.num_rows
+    change = np.zeros(n, dtype=bool)
+    if n:
+        change[0] = True
+    for key in keys:
+        column = table.column(key)
+        if n > 1:
+            differs = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
+            nulls = pc.is_null(column).to_numpy(zero_copy_only=False)
+            change[1:] |= differs.to_numpy(zero_copy_only=False) & ~(nulls[1:] & nulls[:-1])
+    return change
+
+
+def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, dev_fraction: float,
+                     test_fraction: float) -> pa.Table:
+    """Every post of a block that holds whole threads (after a shuffle by thread) with its status, role and
+    question's split: `assemble_thread`'s rules for all threads at once, in Arrow and numpy (a Python dict per
+    post cost more than the rest of the stage). The same rows, in the same order, as the thread-by-thread
+    reference `assemble_threads_row_by_row`."""
+    if block.num_rows == 0:
+        return THREAD_ROWS.empty_table()
+    post_type = block["post_type"]
+    is_mark = pc.equal(post_type, DUPLICATE_MARK).to_numpy(zero_copy_only=False)
+    duplicate_of: dict[tuple[str, int], str] = {}
+    if is_mark.any():
+        marks = block.filter(pa.array(is_mark))
+        duplicate_of = {(site, post_id): failure for site, post_id, failure in
+                        zip(*(marks[c].to_pylist() for c in ("site", "id", "failure")))}
+        block = block.filter(pa.array(~is_mark))
+        if block.num_rows == 0:
+            return THREAD_ROWS.empty_table()
+    block = block.append_column("_origin", pc.fill_null(block["origin"], ""))
+    block = block.append_column("_position", pa.array(np.arange(block.num_rows, dtype=np.int64)))
+    block = block.take(pc.sort_indices(block, [(k, "ascending") for k in ("site", "thread", "post_type", "id",
+                                                                          "_origin")]))
+    n = block.num_rows
+    kind = block["post_type"].to_numpy(zero_copy_only=False).astype(np.int64)
+    thread = block["thread"].to_numpy(zero_copy_only=False)
+    ids = block["id"].to_numpy(zero_copy_only=False)
+    new_thread = _differs_from_previous(block, ["site", "thread"])
+    segment = np.cumsum(new_thread) - 1
+    in_thread = thread != -1
+    # The same post twice in a thread (two dumps, a dump and the API): the first by origin is kept.
+    copy = np.zeros(n, dtype=bool)
+    copy[1:] = ~new_thread[1:] & (kind[1:] == kind[:-1]) & (ids[1:] == ids[:-1])
+    copy &= in_thread
+    is_question = in_thread & ~copy & (kind == QUESTION)
+    is_answer = in_thread & ~copy & (kind == ANSWER)
+    question_of = np.full(segment[-1] + 1, -1, dtype=np.int64)
+    question_of[segment[is_question]] = np.flatnonzero(is_question)
+    question_row = question_of[segment]  # -1 where the thread has no question
+    has_question = question_row >= 0
+    q = np.where(has_question, question_row, 0)
+
+    text = block["text"]
+    empty = pc.equal(text, "").to_numpy(zero_copy_only=False)
+    english = pc.and_(pc.fill_null(pc.equal(block["lang"], "en"), False),
+                      pc.fill_null(pc.greater_equal(block["lang_score"], english_threshold), False))
+    english = english.to_numpy(zero_copy_only=False)
+    if "overlap" in block.column_names:
+        overlap_text = block["overlap"]
+        overlaps = pc.fill_null(pc.not_equal(overlap_text, ""), False).to_numpy(zero_copy_only=False)
+    else:
+        overlap_text, overlaps = None, np.zeros(n, dtype=bool)
+    answers_in_thread = np.bincount(segment[is_answer], minlength=len(question_of))[segment]
+    duplicate = np.zeros(n, dtype=bool)
+    if duplicate_of:
+        sites = block["site"].to_pylist()
+        duplicate = np.array([(site, post_id) in duplicate_of for site, post_id in zip(sites, ids.tolist())])
+    score = block["score"].to_numpy(zero_copy_only=False)
+
+    # The question's status where the thread is dropped for its question ("" while it may still be kept).
+    question_drop = np.select(
+        [empty[q], ~english[q], overlaps[q], answers_in_thread == 0],
+        ["question_empty", "question_not_english", "question_overlaps_test_set", "question_no_answers"], "")
+    answer_status = np.select(
+        [~has_question, question_drop != "", empty, ~english, overlaps, duplicate, score < min_score],
+        ["orphan_answer", "answer_of_dropped_question", "answer_empty", "answer_not_english",
+         "answer_overlaps_test_set", "answer_duplicate", "answer_below_min_score"], POSITIVE)
+    positives = np.bincount(segment[is_answer & (answer_status == POSITIVE)], minlength=len(question_of))[segment]
+    question_status = np.where(question_drop != "", question_drop,
+                               np.where(positives > 0, KEPT_QUESTION, "question_no_positive"))
+    failure = kind == FETCH_FAILED
+    status = np.select(
+        [~in_thread & failure, ~in_thread, copy, is_question, is_answer],
+        ["fetch_failed", "other_post_type", "duplicate_post", question_status, answer_status], "")
+    role = np.select([~in_thread & failure, ~in_thread, kind == QUESTION], ["failure", "other", "question"],
+                     "answer")
+    in_question = (is_question | is_answer) & has_question  # rows that carry their question's id and split
+
+    sites = block["site"]
+    id_text = pc.cast(block["id"], pa.string())
+    post_key = pc.binary_join_element_wise(sites, id_text, ":")
+    question_index = pa.array(q, pa.int64())
+    qid = pc.if_else(pa.array(in_question), pc.take(post_key, question_index), "")
+    question_text = pc.if_else(pa.array(in_question), pc.take(text, question_index), "")
+    splits = np.full(len(question_of), "", dtype=object)
+    site_list = None
+    for seg in np.flatnonzero(question_of >= 0).tolist():
+        if site_list is None:
+            site_list = sites.to_pylist()
+        row = int(question_of[seg])
+        splits[seg] = split_of(site_list[row], int(ids[row]), dev_fraction, test_fraction)
+    split = np.where(in_question, splits[segment], "")
+    is_answer_role = pa.array(role == "answer")
+    accepted = is_answer & has_question & (
+        ids == block["accepted_answer_id"].to_numpy(zero_copy_only=False)[q])
+    detail = pc.if_else(pa.array(status == "fetch_failed"), pc.fill_null(block["failure"], ""), "")
+    if overlap_text is not None:
+        detail = pc.if_else(pa.array(np.char.endswith(status.astype(str), "overlaps_test_set")),
+                            pc.fill_null(overlap_text, ""), detail)
+    if duplicate_of:
+        marked = status == "answer_duplicate"
+        site_list = site_list or sites.to_pylist()
+        kept_copy = [duplicate_of.get((site_list[i], int(ids[i])), "") if marked[i] else None for i in range(n)]
+        detail = pc.if_else(pa.array(marked), pa.array(kept_copy, pa.string()), detail)
+    empty_tags = pa.array([[]] * n, pa.list_(pa.string()))
+    thread_tags = pc.take(block["tags"], question_index)
+    tags = pc.if_else(pa.array(has_question & in_thread & ~pc.is_null(thread_tags).to_numpy(zero_copy_only=False)),
+                      thread_tags, empty_tags)
+    result = pa.table({
+        "site": sites, "qid": qid, "aid": pc.if_else(is_answer_role, post_key, ""), "role": pa.array(role),
+        "status": pa.array(status), "split": pa.array(split, pa.string()), "question": question_text,
+        "answer": pc.if_else(is_answer_role, text, ""), "score": block["score"], "accepted": pa.array(accepted),
+        "lang_by": block["lang_by"], "origin": block["origin"], "detail": detail, "tags": tags,
+        "licence": pc.fill_null(block["licence"], ""), "author_id": block["author_id"],
+        "author": pc.fill_null(block["author"], ""),
+    }).cast(THREAD_ROWS)
+    # Each thread: its question, its answers by id, then the copies dropped; posts outside threads (fetch
+    # failures, other post types) as they came (the reference's order).
+    tiebreak = np.where(in_thread, np.arange(n), block["_position"].to_numpy())
+    order = np.lexsort((tiebreak, copy, segment))
+    return result.take(pa.array(order, pa.int64()))
 
 
 def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev_fraction: float,

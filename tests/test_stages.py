@@ -191,3 +191,41 @@ def test_funnel_counts_are_the_row_by_row_counts(beer_dump):
                  ("question", "question", "", "", "none", "")]]
     batch = pa.concat_tables([threads, pa.Table.from_pylist(extra, schema=THREAD_ROWS)])
     assert json.loads(_count_threads(batch)["counts"][0].as_py()) == _counts_row_by_row(batch)
+
+
+def test_threads_assembled_at_once_are_the_thread_by_thread_reference(beer_dump):
+    """`assemble_threads` (vectorised) against `assemble_threads_row_by_row` (the rules one thread at a time):
+    the real beer dump's posts, shuffled, plus posts made to take every branch: the same post twice from two
+    origins, an orphan answer, a fetch failure, other post types, a duplicate-answer mark, an overlap with a test
+    set, an empty question, a question with no answers."""
+    import random
+
+    from crawl.dump import FETCH_FAILED, iter_post_tables
+    from pipelines.stackexchangeqa import (DUPLICATE_MARK, PostAnalysis, assemble_threads,
+                                           assemble_threads_row_by_row)
+
+    analysis = PostAnalysis()
+    posts = pa.concat_tables([analysis(t) for t in iter_post_tables(beer_dump)])
+    rows = posts.to_pylist()
+    first_answer = next(r for r in rows if r["post_type"] == 2)
+    question = next(r for r in rows if r["id"] == first_answer["parent_id"])
+    extra = [dict(question, origin="api"), dict(first_answer, origin="page"),
+             dict(first_answer, id=10**9, parent_id=10**9 + 1, thread=10**9 + 1),  # orphan
+             dict(first_answer, id=-5, post_type=FETCH_FAILED, thread=-1, failure="404 at URL"),
+             dict(first_answer, id=10**9 + 7, post_type=5, thread=-1),
+             dict(first_answer, post_type=DUPLICATE_MARK, failure="beer.stackexchange.com:1"),
+             dict(question, id=10**9 + 2, thread=10**9 + 2, text=""),
+             dict(question, id=10**9 + 3, thread=10**9 + 3)]
+    shuffled = rows + extra
+    random.Random(4).shuffle(shuffled)
+    block = pa.Table.from_pylist(shuffled, schema=posts.schema)
+    options = {"min_score": 2, "english_threshold": 0.5, "dev_fraction": 0.1, "test_fraction": 0.1}
+    expected = assemble_threads_row_by_row(block, **options)
+    assert assemble_threads(block, **options).equals(expected)
+    statuses = set(expected["status"].to_pylist())
+    assert {"duplicate_post", "orphan_answer", "fetch_failed", "other_post_type", "answer_duplicate",
+            "question_empty", "question_no_answers", "positive", "question"} <= statuses
+    with_overlap = block.append_column("overlap", pa.array(["wikiqa" if i % 50 == 0 else "" for i in
+                                                            range(block.num_rows)]))
+    assert assemble_threads(with_overlap, **options).equals(assemble_threads_row_by_row(with_overlap, **options))
+    assert assemble_threads(block.slice(0, 0), **options).num_rows == 0
