@@ -687,18 +687,19 @@ ATTRIBUTION = pa.schema(
 
 
 def attribution_rows(batch: pa.Table) -> pa.Table:
-    """Thread rows (kept questions and pool answers) as ATTRIBUTION rows."""
-    rows = []
-    for r in batch.select(["site", "qid", "aid", "role", "author", "author_id", "licence"]).to_pylist():
-        question = r["role"] == "question"
-        post = r["qid"] if question else r["aid"]
-        number = post.rsplit(":", 1)[1]
-        author_id = r["author_id"]
-        rows.append({"id": post, "kind": r["role"], "author": r["author"] or "", "author_id": author_id,
-                     "url": f"https://{r['site']}/{'q' if question else 'a'}/{number}",
-                     "author_url": f"https://{r['site']}/users/{author_id}" if author_id is not None else "",
-                     "licence": r["licence"] or ""})
-    return pa.Table.from_pylist(rows, schema=ATTRIBUTION)
+    """Thread rows (kept questions and pool answers) as ATTRIBUTION rows, column by column."""
+    if batch.num_rows == 0:
+        return ATTRIBUTION.empty_table()
+    question = pc.equal(batch["role"], "question")
+    post = pc.if_else(question, batch["qid"], batch["aid"])
+    number = pc.struct_field(pc.extract_regex(post, r":(?P<number>[^:]*)$"), "number")
+    url = pc.binary_join_element_wise("https://", batch["site"], "/", pc.if_else(question, "q", "a"), "/", number, "")
+    author_id = batch["author_id"]
+    profile = pc.binary_join_element_wise("https://", batch["site"], "/users/", pc.cast(author_id, pa.string()), "")
+    return pa.table({
+        "id": post, "kind": batch["role"], "url": url, "author": pc.fill_null(batch["author"], ""),
+        "author_id": author_id, "author_url": pc.fill_null(profile, ""), "licence": pc.fill_null(batch["licence"], ""),
+    }).cast(ATTRIBUTION)
 
 
 def _bound_shuffle_memory(cfg: BuildConfig) -> None:
