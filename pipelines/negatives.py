@@ -4,7 +4,7 @@ For each positive pair the paper adds real answers to *other* questions as negat
 its corpus). Here every candidate answer belongs to a pool group (same site and split by default; any site;
 or same site, tag and split) and, inside the group, to one of B buckets by a hash of its id, B chosen so a
 bucket holds about `bucket_size` answers. Each positive asks for its negatives bucket by bucket (buckets drawn
-uniformly by a generator seeded with (seed, answer id)); the requests and the pool meet in one shuffle keyed
+uniformly by a SplitMix64 stream seeded with (seed, answer id)); the requests and the pool meet in one shuffle keyed
 by (group, bucket), and each bucket draws, without replacement, from its answers that do not belong to the
 asking question. So:
 
@@ -13,7 +13,10 @@ asking question. So:
   draws from one group);
 - the result depends on (seed, question id, answer ids) only, not on partitioning or worker count;
 - k may be fractional (the paper's 15.71): each positive asks for floor(k) or floor(k)+1 negatives, seeded;
-- only one shuffle: requests are made row by row, and group sizes are counted per batch.
+- only one shuffle: requests are made batch by batch, and group sizes are counted per batch;
+- every draw comes from a counter-based generator (SplitMix64 over hashed ids), computed column-wise: builds
+  before it drew from numpy generators seeded the same way, so the negatives they chose differ from today's,
+  with the same rules.
 
 A bucket too small for what is asked gives all it has; the shortfall is reported.
 """
