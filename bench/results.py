@@ -974,6 +974,8 @@ def _wall(meta: dict, ledger: Ledger) -> str:
     text = f"the last complete invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
     over = (f"; **that is over the hour the plan is meant to fit by {meta['wall_s'] / 60 - 60:.0f} minutes**"
             if meta.get("profile", "hour") == "hour" and meta["wall_s"] > 3600 else "")
+    if meta.get("note"):  # what the recorded time does not show by itself (a shared machine, say)
+        over += f" ({meta['note']})"
     if meta.get("data_wall_s"):
         return text + f" ({meta['data_wall_s'] / 60:.0f} of them preparing the data)" + over
     steps = sum(r["seconds"] for k, r in ledger.records.items() if k.startswith("data:"))
