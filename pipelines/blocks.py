@@ -37,6 +37,21 @@ def release_unused_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+def differs_from_previous(table: pa.Table, keys: list[str]) -> np.ndarray:
+    """True for each row whose `keys` differ from the row before (and for the first row); nulls equal nulls."""
+    n = table.num_rows
+    change = np.zeros(n, dtype=bool)
+    if n:
+        change[0] = True
+    for key in keys:
+        column = table.column(key)
+        if n > 1:
+            differs = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
+            nulls = pc.is_null(column).to_numpy(zero_copy_only=False)
+            change[1:] |= differs.to_numpy(zero_copy_only=False) & ~(nulls[1:] & nulls[:-1])
+    return change
+
+
 def map_groups_in_block(block: pa.Table, keys: list[str], fn: Callable[[list[dict]], list[dict]],
                         schema: pa.Schema, chunk_rows: int = 8192) -> pa.Table:
     """`fn(rows of one group) -> output rows`, over every group of `block` (grouped by `keys`), in key order.
@@ -48,18 +63,7 @@ def map_groups_in_block(block: pa.Table, keys: list[str], fn: Callable[[list[dic
         return schema.empty_table()
     order = pc.sort_indices(block, [(k, "ascending") for k in keys])
     block = block.take(order)
-    # Group starts: rows whose key differs from the row before.
-    change = np.zeros(block.num_rows, dtype=bool)
-    change[0] = True
-    for key in keys:
-        column = block.column(key)
-        if block.num_rows > 1:
-            differs = pc.not_equal(column.slice(1), column.slice(0, block.num_rows - 1))
-            differs = pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
-            nulls = pc.is_null(column).to_numpy(zero_copy_only=False)
-            both_null = nulls[1:] & nulls[:-1]
-            change[1:] |= differs & ~both_null
-    starts = np.flatnonzero(change)
+    starts = np.flatnonzero(differs_from_previous(block, keys))  # group starts
     outputs: list[pa.Table] = []
     chunk_start = 0
     while chunk_start < len(starts):

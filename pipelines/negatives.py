@@ -45,17 +45,6 @@ def _hash64(*parts) -> int:
     return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "big")
 
 
-def pool_groups(site: str, split: str, tags: list[str] | None, mode: str) -> list[str]:
-    """The pool groups an answer (of a question with `tags`) belongs to."""
-    if mode == "site":
-        return [f"{split}|{site}"]
-    if mode == "any":
-        return [split]
-    if mode == "tag":
-        return [f"{split}|{site}|{tag}" for tag in (tags or [])]
-    raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-
-
 def bucket_of(aid: str, buckets: int) -> int:
     return _hash64("bucket", aid) % buckets
 
@@ -182,10 +171,11 @@ class RequestNegatives:
         with np.errstate(over="ignore"):
             draws = splitmix64(bases[which] + step.astype(np.uint64) * np.uint64(_GOLDEN))
         bucket = (draws % buckets[rows][which].astype(np.uint64)).astype(np.int64)
-        keys, per_key = np.unique(which * int(buckets.max()) + bucket, return_counts=True)
-        request_rows = rows[keys // int(buckets.max())]
+        most = int(buckets.max())
+        keys, per_key = np.unique(which * most + bucket, return_counts=True)  # (row, bucket) pairs, counted
+        request_rows = rows[keys // most]
         tables = [self._rows(batch, request_rows, "request", [chosen[r] for r in request_rows.tolist()],
-                             keys % int(buckets.max()), per_key)]
+                             keys % most, per_key)]
         if len(short_rows):
             tables.append(self._rows(batch, short_rows, "short", [""] * len(short_rows),
                                      np.full(len(short_rows), -1), wanted[short_rows]))
@@ -228,9 +218,9 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     pool = block.filter(is_pool)
     pool = pool.take(pc.sort_indices(pool, [("group", "ascending"), ("bucket", "ascending"), ("aid", "ascending")]))
     segments: dict[tuple[str, int], tuple[int, int]] = {}
-    pool_groups, pool_buckets, pool_qids = (pool[c].to_pylist() for c in ("group", "bucket", "qid"))
+    groups, pool_buckets, pool_qids = (pool[c].to_pylist() for c in ("group", "bucket", "qid"))
     own: dict[tuple[str, int, str], int] = {}
-    for i, key in enumerate(zip(pool_groups, pool_buckets)):
+    for i, key in enumerate(zip(groups, pool_buckets)):
         start, _ = segments.get(key, (i, i))
         segments[key] = (start, i + 1)
         own_key = (*key, pool_qids[i])

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
-from pipelines.blocks import map_groups_in_block, release_unused_memory
+from pipelines.blocks import differs_from_previous, map_groups_in_block, release_unused_memory
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
@@ -229,21 +229,6 @@ def assemble_threads_row_by_row(block: pa.Table, **options) -> pa.Table:
     return map_groups_in_block(block, ["site", "thread"], lambda rows: _thread_rows(rows, **options), THREAD_ROWS)
 
 
-def _differs_from_previous(table: pa.Table, keys: list[str]) -> np.ndarray:
-    """True for each row whose `keys` differ from the row before (and for the first row); nulls equal nulls."""
-    n = table.num_rows
-    change = np.zeros(n, dtype=bool)
-    if n:
-        change[0] = True
-    for key in keys:
-        column = table.column(key)
-        if n > 1:
-            differs = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
-            nulls = pc.is_null(column).to_numpy(zero_copy_only=False)
-            change[1:] |= differs.to_numpy(zero_copy_only=False) & ~(nulls[1:] & nulls[:-1])
-    return change
-
-
 def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, dev_fraction: float,
                      test_fraction: float) -> pa.Table:
     """Every post of a block that holds whole threads (after a shuffle by thread) with its status, role and
@@ -270,7 +255,7 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     kind = block["post_type"].to_numpy(zero_copy_only=False).astype(np.int64)
     thread = block["thread"].to_numpy(zero_copy_only=False)
     ids = block["id"].to_numpy(zero_copy_only=False)
-    new_thread = _differs_from_previous(block, ["site", "thread"])
+    new_thread = differs_from_previous(block, ["site", "thread"])
     segment = np.cumsum(new_thread) - 1
     in_thread = thread != -1
     # The same post twice in a thread (two dumps, a dump and the API): the first by origin is kept.
@@ -296,10 +281,10 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     else:
         overlap_text, overlaps = None, np.zeros(n, dtype=bool)
     answers_in_thread = np.bincount(segment[is_answer], minlength=len(question_of))[segment]
+    site_list = block["site"].to_pylist()
     duplicate = np.zeros(n, dtype=bool)
     if duplicate_of:
-        sites = block["site"].to_pylist()
-        duplicate = np.array([(site, post_id) in duplicate_of for site, post_id in zip(sites, ids.tolist())])
+        duplicate = np.array([(site, post_id) in duplicate_of for site, post_id in zip(site_list, ids.tolist())])
     score = block["score"].to_numpy(zero_copy_only=False)
 
     # The question's status where the thread is dropped for its question ("" while it may still be kept).
@@ -328,10 +313,7 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     qid = pc.if_else(pa.array(in_question), pc.take(post_key, question_index), "")
     question_text = pc.if_else(pa.array(in_question), pc.take(text, question_index), "")
     splits = np.full(len(question_of), "", dtype=object)
-    site_list = None
     for seg in np.flatnonzero(question_of >= 0).tolist():
-        if site_list is None:
-            site_list = sites.to_pylist()
         row = int(question_of[seg])
         splits[seg] = split_of(site_list[row], int(ids[row]), dev_fraction, test_fraction)
     split = np.where(in_question, splits[segment], "")
@@ -344,7 +326,6 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
                             pc.fill_null(overlap_text, ""), detail)
     if duplicate_of:
         marked = status == "answer_duplicate"
-        site_list = site_list or sites.to_pylist()
         kept_copy = [duplicate_of.get((site_list[i], int(ids[i])), "") if marked[i] else None for i in range(n)]
         detail = pc.if_else(pa.array(marked), pa.array(kept_copy, pa.string()), detail)
     empty_tags = pa.array([[]] * n, pa.list_(pa.string()))
