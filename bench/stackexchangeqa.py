@@ -177,10 +177,6 @@ class PeakMemory:
 
 
 # --------------------------------------------------------------------------------------------- baselines
-def _ascii(text: str) -> bool:
-    return text.isascii()
-
-
 def _contains_non_ascii(text: str) -> bool:
     """The released script's test, as written (an encode attempt)."""
     try:
@@ -265,7 +261,7 @@ def regex_build(path: str, out_dir: str, min_score: int = 2) -> dict:
     rows = []
     for parent, aid, text, score in answers:
         question = questions.get(parent)
-        if question is None or score < min_score or not _ascii(question) or not _ascii(text):
+        if question is None or score < min_score or not question.isascii() or not text.isascii():
             continue
         rows.append({"qid": parent, "question": question, "aid": aid, "answer": text, "label": 1})
         negative = random.choice(answers)  # unseeded, may even be an answer to the same question
@@ -284,17 +280,22 @@ def _baseline_child(name: str, path: str, out_dir: str, queue) -> None:
     queue.put({"seconds": time.perf_counter() - started, "peak_mb": memory.peak / 2**20, **result})
 
 
-def run_baseline(name: str, path: str, out_dir: str) -> dict:
-    """In a fresh process, so its peak memory is its own."""
+def in_fresh_process(target, *args) -> tuple[int, dict | None]:
+    """`target(*args, queue)` in a spawned process, so its peak memory is its own: the exit code, and what it put
+    on the queue (None when it failed)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    os.makedirs(out_dir, exist_ok=True)
-    child = ctx.Process(target=_baseline_child, args=(name, path, out_dir, queue))
+    child = ctx.Process(target=target, args=(*args, queue))
     child.start()
     child.join()
-    if child.exitcode != 0:
-        return {"seconds": None, "peak_mb": None, "error": f"exit code {child.exitcode} (killed for memory?)"}
-    return queue.get()
+    return child.exitcode, (queue.get() if child.exitcode == 0 else None)
+
+
+def run_baseline(name: str, path: str, out_dir: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    code, result = in_fresh_process(_baseline_child, name, path, out_dir)
+    return result if code == 0 else {"seconds": None, "peak_mb": None,
+                                     "error": f"exit code {code} (killed for memory?)"}
 
 
 # ------------------------------------------------------------------------------------ first stage, no Ray
@@ -328,14 +329,10 @@ def _single_process_child(path: str, language_chars: int | None, queue) -> None:
 
 
 def run_single_process(path: str, language_chars: int | None) -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_single_process_child, args=(path, language_chars, queue))
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"the single-process first stage failed with exit code {child.exitcode}")
-    return queue.get()
+    code, result = in_fresh_process(_single_process_child, path, language_chars)
+    if code != 0:
+        raise RuntimeError(f"the single-process first stage failed with exit code {code}")
+    return result
 
 
 # The stages the build times (`stage_seconds` in its stats.json), in order; the first is split into its steps
@@ -397,14 +394,10 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
 
 
 def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, options: dict) -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_ours_child, args=(path, out_dir, cpus, object_store_gb, dedup, options, queue))
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"our build failed with exit code {child.exitcode}")
-    return queue.get()
+    code, result = in_fresh_process(_ours_child, path, out_dir, cpus, object_store_gb, dedup, options)
+    if code != 0:
+        raise RuntimeError(f"our build failed with exit code {code}")
+    return result
 
 
 def main(argv=None) -> int:

@@ -468,9 +468,9 @@ def source_posts(cfg: BuildConfig):
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
 
 
-def threads_dataset(cfg: BuildConfig, stages: _Stages | None = None):
-    """Stages 1-4: every post of every source with its status, role, split and text. With `stages`, each stage
-    is materialised and timed in turn (analysed posts, duplicate marks, threads), for the stage profile."""
+def threads_dataset(cfg: BuildConfig, stages: _Stages):
+    """Stages 1-4: every post of every source with its status, role, split and text, each stage materialised
+    and timed in turn into `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
     from ray.data.expressions import col
 
     posts = source_posts(cfg)
@@ -485,18 +485,15 @@ def threads_dataset(cfg: BuildConfig, stages: _Stages | None = None):
                               fn_kwargs={"keep_code": cfg.keep_code, "unsure_below": cfg.fasttext_threshold,
                                          "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram,
                                          "language_chars": cfg.language_chars})
-    if cfg.dedup != "off" or stages is not None:
-        posts = posts.materialize()  # read twice: for the duplicate search and for the threads
-        if stages is not None:
-            stages.done("read, text, language", posts.count(), "posts")
+    posts = posts.materialize()  # read twice with dedup: for the duplicate search and for the threads
+    stages.done("read, text, language", posts.count(), "posts")
     if cfg.dedup != "off":
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
         answers = answers.select_columns(["site", "id", "thread", "score", "text"])
         marks = duplicate_answers(answers, mode=cfg.dedup, threshold=cfg.near_duplicate_threshold,
                                   partitions=_partitions(cfg))
-        if stages is not None:
-            marks = marks.materialize()
-            stages.done("dedup", marks.count(), "duplicates")
+        marks = marks.materialize()
+        stages.done("dedup", marks.count(), "duplicates")
         posts = posts.union(marks.map_batches(_mark_rows, batch_format="pyarrow",
                                               fn_kwargs={"schema": posts.schema().base_schema}))
     # What `groupby().map_groups()` does (a hash shuffle whose partitions stay whole blocks), but the threads
@@ -505,9 +502,8 @@ def threads_dataset(cfg: BuildConfig, stages: _Stages | None = None):
         assemble_threads, batch_size=None, batch_format="pyarrow",
         fn_kwargs={"min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
                    "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction})
-    if stages is not None:
-        threads = threads.materialize()
-        stages.done("threads", threads.count(), "posts")
+    threads = threads.materialize()
+    stages.done("threads", threads.count(), "posts")
     return threads
 
 
