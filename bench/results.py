@@ -612,7 +612,8 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger,
 
     needed_data = {r.data for r in rows} | {f"{r.data}-vectors" for r in rows} | {s for r in rows for s in r.needs}
     needed_data |= {"seqa-build"} if "seqa" in needed_data else set()
-    init_local_ray(num_cpus=lanes + 1, include_dashboard=False, logging_level="WARNING")
+    # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (jobs/ray_env.py).
+    init_local_ray(num_cpus=lanes + 1, include_dashboard=True, logging_level="WARNING")
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)

@@ -50,9 +50,10 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--drop-code", action="store_true", help="drop <pre> code blocks from the text")
     p.add_argument("--fasttext-threshold", type=float, default=0.5,
                    help="fastText confidence below which langdetect decides the language")
-    p.add_argument("--language-chars", type=int, default=500,
+    p.add_argument("--language-chars", type=int, default=200,
                    help="fastText reads the first N characters of a text (0: all of it); on real Stack Exchange "
-                        "texts 500 give the same English decisions as the whole text, in half the time")
+                        "texts 200 change one English decision in 2,605 against the whole text, 500 none, at 1.5x the "
+                        "language ID time")
     p.add_argument("--english-threshold", type=float, default=0.5,
                    help="probability of English the deciding model must give")
     p.add_argument("--download", default="", metavar="SITE,...|all",

@@ -63,13 +63,19 @@ def forget_recorded_cluster(gcs_address: str) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(num_cpus: int | None = None, quiet: bool = True):
+def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool = False):
+    """Join the cluster named by RAY_ADDRESS, or start (and later stop) a private local Ray.
+
+    `state_api`: start the local instance's dashboard, which serves Ray's State API. Ray Train needs it: its
+    detached PlacementGroupCleaner asks the State API every second whether the training controller is alive,
+    and without a dashboard each question fails with a warning ("Failed to query Ray Train Controller actor
+    state"), dozens of lines a minute. Jobs that only use Ray Data leave it off (one process fewer)."""
     import ray
     from ray.data import DataContext
 
     started = False
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": False, "logging_level": logging.WARNING} if quiet else {}
+        kwargs = {"include_dashboard": state_api, "logging_level": logging.WARNING} if quiet else {}
         if os.environ.get("RAY_ADDRESS"):
             # Ray merges this with the submitted job's runtime env; worker_env() leaves out what the job set,
             # so the two never conflict.
@@ -99,10 +105,10 @@ def unwrap(error: BaseException) -> BaseException:
     return error
 
 
-def run_on_ray(job: str, work, num_cpus: int | None = None):
+def run_on_ray(job: str, work, num_cpus: int | None = None, state_api: bool = False):
     """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, 1)."""
     try:
-        with ray_session(num_cpus):
+        with ray_session(num_cpus, state_api=state_api):
             return work(), 0
     except Exception as err:  # one line naming the file or row, not Ray's wrapped traceback
         print(f"{job}: error: {unwrap(err)}", file=sys.stderr)

@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run
 
-    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus)
+    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True)
     if rc:
         return rc
     m = summary["metrics"]

@@ -383,7 +383,11 @@ def _lengths(column) -> np.ndarray:
 
 
 def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)  # stdout is kept for the job's final JSON line
+    # Not print(): inside a Ray Train worker, print is patched to log through the root logger (whose console
+    # handler writes the line) and, because Ray wraps sys.stderr, also to call the original print, so every
+    # line reached the driver twice. A direct write goes out once. stdout is kept for the job's final JSON line.
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
 
 
 def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> dict:

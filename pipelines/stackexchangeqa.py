@@ -94,7 +94,7 @@ class BuildConfig:
     test_fraction: float = 0.1
     keep_code: bool = True
     fasttext_threshold: float = 0.5  # below this fastText confidence, langdetect decides
-    language_chars: int | None = 500  # fastText reads this much of a text (None: all); see pipelines/langid
+    language_chars: int | None = 200  # fastText reads this much of a text (None: all); see pipelines/langid
     english_threshold: float = 0.5  # the deciding model's probability for "en" must reach this
     sites: list[str | None] = field(default_factory=list)  # one per dump; empty: from the path
     rows_per_shard: int = 100_000
@@ -160,7 +160,7 @@ class PostAnalysis:
     thread key. A class because it loads fastText (and the test-set index)."""
 
     def __init__(self, keep_code: bool = True, unsure_below: float = 0.5, index_ref=None, overlap_ngram: int = 13,
-                 language_chars: int | None = 500):
+                 language_chars: int | None = 200):
         from pipelines.overlap import OverlapFilter
 
         self.keep_code = keep_code
