@@ -131,12 +131,13 @@ class RequestNegatives:
     question that land in the same bucket are merged there and drawn together, without replacement.
     """
 
-    def __init__(self, sizes_ref, k: float, seed: int, mode: str, bucket_size: int):
+    def __init__(self, sizes_ref, k: float, seed: int, mode: str, bucket_size: int, question_text: bool = True):
         import ray
 
         sizes = sizes_ref[0]
         self.sizes = ray.get(sizes) if isinstance(sizes, ray.ObjectRef) else sizes
         self.k, self.seed, self.mode, self.bucket_size = k, seed, mode, bucket_size
+        self.question_text = question_text
 
     def wanted(self, aid: str) -> int:
         whole, frac = int(self.k), self.k - int(self.k)
@@ -175,18 +176,18 @@ class RequestNegatives:
         keys, per_key = np.unique(which * most + bucket, return_counts=True)  # (row, bucket) pairs, counted
         request_rows = rows[keys // most]
         tables = [self._rows(batch, request_rows, "request", [chosen[r] for r in request_rows.tolist()],
-                             keys % most, per_key)]
+                             keys % most, per_key, self.question_text)]
         if len(short_rows):
             tables.append(self._rows(batch, short_rows, "short", [""] * len(short_rows),
-                                     np.full(len(short_rows), -1), wanted[short_rows]))
+                                     np.full(len(short_rows), -1), wanted[short_rows], False))
         return pa.concat_tables(tables)
 
     @staticmethod
     def _rows(batch: pa.Table, rows: np.ndarray, kind: str, groups: list[str], buckets: np.ndarray,
-              wanted: np.ndarray) -> pa.Table:
+              wanted: np.ndarray, question_text: bool) -> pa.Table:
         m = len(rows)
         taken = batch.select(["qid", "question", "site", "split"]).take(pa.array(rows, pa.int64()))
-        question = taken["question"] if kind == "request" else pa.array([""] * m, pa.string())
+        question = taken["question"] if question_text else pa.array([""] * m, pa.string())
         return pa.table({
             "kind": pa.array([kind] * m, pa.string()), "group": pa.array(groups, pa.string()),
             "bucket": pa.array(np.asarray(buckets, np.int64)), "qid": taken["qid"],
@@ -301,9 +302,13 @@ def request_negatives(batch: pa.Table, sizes_ref, **options) -> pa.Table:
 
 
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
-                     partitions: int = 8):
+                     partitions: int = 8, question_text: bool = True):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
-    and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket)."""
+    and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket).
+
+    `question_text=False` leaves `question` empty: the asking question's text would cross the shuffle once per
+    request and the caller's next shuffle once per negative (15.7 times a positive at the paper's rate), where a
+    caller that brings each question's pairs together anyway can take it from the question's positives."""
     import ray
 
     if mode not in POOL_MODES:
@@ -314,7 +319,8 @@ def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", b
         assign_buckets, batch_format="pyarrow", fn_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
     requests = positives.map_batches(
         request_negatives, batch_format="pyarrow",
-        fn_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size})
+        fn_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
+                   "question_text": question_text})
     # groupby().map_groups(), with the buckets of a partition sampled in one call.
     return bucketed.union(requests).repartition(partitions, keys=["group", "bucket"]).map_batches(
         sample_buckets, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": seed})

@@ -711,7 +711,8 @@ def build(cfg: BuildConfig):
     pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
     positives = threads.filter(expr=col("status") == POSITIVE).materialize()
     negatives = sample_negatives(pool, positives, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
-                                 bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg)).materialize()
+                                 bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
+                                 question_text=False).materialize()
     stats["negatives_short"] = sum(r["short"] for r in negatives.map_batches(
         lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
     stages.done("negatives", negatives.count())
@@ -720,7 +721,8 @@ def build(cfg: BuildConfig):
         negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
     # Shards in union order would hold every positive, then every negative: a training stream of one label for
     # thousands of steps. A hash shuffle by question (its partitions stay whole blocks) brings each question's
-    # pairs together, in an order drawn from the seed.
+    # pairs together, in an order drawn from the seed; negatives cross it without their question's text, which
+    # they take there from the question's positives.
     pairs = pairs.repartition(_partitions(cfg), keys=["qid"]).map_batches(
         questions_in_seeded_order, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": cfg.seed})
     attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
@@ -734,10 +736,19 @@ _LENGTH_LABELS = list(length_histogram([]).keys())
 
 def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
     """A block of whole questions' pairs, questions in an order drawn from (seed, qid), each question's positives
-    first, then its negatives, each by answer id: the same rows in the same order on every run."""
+    first, then its negatives, each by answer id: the same rows in the same order on every run. Negatives come
+    without their question's text and take it from their question's positives."""
     if batch.num_rows == 0:
         return batch
     qids = batch.column("qid")
+    positive = pc.equal(batch["label"], 1)
+    # Each negative takes its question's text from the question's first positive (all are in this block).
+    source = pc.index_in(qids, value_set=pc.filter(qids, positive))
+    if source.null_count:
+        missing = pc.filter(qids, pc.is_null(source))[0].as_py()
+        raise ValueError(f"negative pairs of question {missing} arrived without any of its positive pairs")
+    text = pc.if_else(positive, batch["question"], pc.take(pc.filter(batch["question"], positive), source))
+    batch = batch.set_column(batch.schema.get_field_index("question"), "question", text)
     questions = pc.unique(qids)  # a question has many pairs: hash each once
     units = pa.array([stable_unit(seed, qid) for qid in questions.to_pylist()], pa.float64())
     keys = pc.take(units, pc.index_in(qids, value_set=questions))

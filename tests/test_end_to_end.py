@@ -79,6 +79,11 @@ def test_shards_schema_and_pairs(built, beer_dump):
         # without replacement within a question
         pairs = list(zip(table.column("qid").to_pylist(), table.column("aid").to_pylist()))
         assert len(pairs) == len(set(pairs))
+        # every pair of a question carries the question's text (negatives take it from the positives)
+        texts: dict[str, set] = {}
+        for r in rows:
+            texts.setdefault(r["qid"], set()).add(r["question"])
+        assert all(len(t) == 1 and "" not in t for t in texts.values())
     assert not [f for f in os.listdir(os.path.dirname(out)) if ".partial-" in f]
 
 
