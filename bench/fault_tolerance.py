@@ -163,10 +163,10 @@ def main(argv=None) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    from jobs.ray_env import LOCAL_RAY_ENV, forget_recorded_cluster
+    from jobs.ray_env import forget_recorded_cluster, local_ray_env
     from jobs.train_loop import TrainConfig, run
 
-    for name, value in LOCAL_RAY_ENV.items():
+    for name, value in local_ray_env(1).items():  # nodes of one CPU
         os.environ.setdefault(name, value)
     storage = args.storage_path or tempfile.mkdtemp(prefix="fault-tolerance-")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -54,7 +54,7 @@ if __package__ in (None, ""):
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 from bench.report import write_result  # noqa: E402
-from jobs.ray_env import LOCAL_RAY_ENV, WORKER_ENV  # noqa: E402
+from jobs.ray_env import WORKER_ENV, local_ray_env  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
@@ -433,7 +433,7 @@ def main(argv=None) -> int:
     results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": cpus, "object_store_gb": args.object_store_gb},
                "dedup": args.dedup, "language_chars": language_chars, "read_range_mb": args.read_range_mb,
                "partition_mb": args.partition_mb,
-               "worker_env": {k: os.environ.get(k, v) for k, v in {**WORKER_ENV, **LOCAL_RAY_ENV}.items()},
+               "worker_env": {k: os.environ.get(k, v) for k, v in {**WORKER_ENV, **local_ray_env(cpus)}.items()},
                "sizes": {}}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)

@@ -49,6 +49,13 @@ def _env() -> dict:
     return env
 
 
+def _worker_pool_env(cpus: int) -> dict[str, str]:
+    """A node's worker pool as jobs/ray_env.py sizes a private local Ray's (warm workers through a shuffle)."""
+    from jobs.ray_env import local_ray_env
+
+    return {k: v for k, v in local_ray_env(max(1, cpus)).items() if k not in os.environ}
+
+
 def _free_port() -> int:
     """A port nothing listens on now. Ray's fixed defaults (the dashboard agent's 52365, the client server's
     10001) are taken by any other Ray on the machine, even a plain `ray.init()`, and a head whose agent cannot
@@ -78,8 +85,8 @@ def _processes(temp_dir: str) -> list[int]:
     return found
 
 
-def _run(command: list[str]) -> None:
-    result = subprocess.run(command, env=_env(), capture_output=True, text=True)
+def _run(command: list[str], **extra_env: str) -> None:
+    result = subprocess.run(command, env={**_env(), **extra_env}, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
 
@@ -126,12 +133,12 @@ def up(args) -> dict:
     _run([ray, "start", "--head", f"--port={args.port}", f"--num-cpus={args.head_cpus}",
           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={args.dashboard_port}",
           f"--dashboard-agent-listen-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
-          f"--temp-dir={args.temp_dir}", "--disable-usage-stats"])
+          f"--temp-dir={args.temp_dir}", "--disable-usage-stats"], **_worker_pool_env(args.head_cpus))
     gcs = f"127.0.0.1:{args.port}"
     for _ in range(args.nodes):
         _run([ray, "start", f"--address={gcs}", f"--num-cpus={args.cpus_per_node}",
               f"--object-store-memory={args.object_store_mb << 20}", f"--dashboard-agent-listen-port={_free_port()}",
-              "--disable-usage-stats"])
+              "--disable-usage-stats"], **_worker_pool_env(args.cpus_per_node))
     nodes = _wait_for_nodes(gcs, args.nodes + 1)
     url = f"http://127.0.0.1:{args.dashboard_port}"
     ready = _wait_for_job_server(url)

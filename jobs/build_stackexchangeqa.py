@@ -94,6 +94,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                    help="MB of dump per shuffle partition (threads, duplicate keys, negative buckets): what one "
                         "task holds at a time")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+                        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     if args.source == "dump" and not args.dump and not args.download:
@@ -197,7 +200,7 @@ def main(argv=None) -> int:
     except DumpError as err:
         print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
         return 1
-    stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus)
+    stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
     print(summary(stats))

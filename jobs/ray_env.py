@@ -27,6 +27,20 @@ WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 LOCAL_RAY_ENV = {"RAY_max_io_workers": "1"}
 
 
+def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
+    """LOCAL_RAY_ENV, and a worker pool that keeps warm workers through a shuffle.
+
+    The raylet kills a worker idle for a second once the node runs more workers than
+    `num_workers_soft_limit` (its CPUs by default). A Ray Data hash shuffle starts up to one aggregator actor per
+    CPU, each in a process of its own, so during every shuffle the task workers (which have imported Ray Data,
+    Arrow and our stages, 1-2 s of CPU each) were killed, and the stages after it ran on cold ones. Twice the CPUs
+    (task workers plus aggregators) keeps them: measured on a 100k-post StackExchangeQA build
+    (bench/stackexchangeqa.py, 3 runs each, in turn), 40-43 s against 63-67 s, for heaps of 1.8-1.9 GB against
+    1.4 GB (the warm workers' imports and caches)."""
+    cpus = num_cpus or os.cpu_count() or 1
+    return {**LOCAL_RAY_ENV, "RAY_num_workers_soft_limit": str(2 * cpus)}
+
+
 def worker_env() -> dict[str, str]:
     """WORKER_ENV less what this process's environment (for a submitted job, its runtime env) already sets."""
     return {k: v for k, v in WORKER_ENV.items() if k not in os.environ}
@@ -42,7 +56,7 @@ def init_local_ray(**kwargs) -> None:
     import ray
 
     os.environ.update(worker_env())
-    for key, value in LOCAL_RAY_ENV.items():
+    for key, value in local_ray_env(kwargs.get("num_cpus")).items():
         os.environ.setdefault(key, value)
     ray.init(address="local", **kwargs)
 
@@ -62,15 +76,66 @@ def forget_recorded_cluster(gcs_address: str) -> None:
             os.remove(path)
 
 
+# What a quiet job keeps off the console (it all still goes to the Ray session's log files, under
+# /tmp/ray/session_latest/logs): Ray Data's INFO lines (each execution's plan, "Starting execution", "Full logs
+# are in"), the notice that progress bars are off, Ray Train's INFO lines (resources, worker group, process group)
+# and Hugging Face's progress bars. Warnings from Ray itself (spilling, a worker lost, a retry) still show.
+_QUIET = {"verbose": False}
+
+
+def quiet() -> bool:
+    """Whether this job keeps Ray's and libraries' INFO output off the console (no --verbose)."""
+    return not _QUIET["verbose"]
+
+
+def train_log_level() -> str:
+    """Ray Train's console level for this job (RunConfig.logging_config)."""
+    return "WARNING" if quiet() else "INFO"
+
+
+def _quiet_ray_data_logging() -> None:
+    """Ray Data's own logging configuration with its console handler at WARNING (its log file keeps DEBUG), and
+    the progress-bar notice and user-code tracebacks to the file only: written beside the temp files and named
+    by RAY_DATA_LOGGING_CONFIG, which the workers of a local Ray inherit; the driver's Ray Data (configured when
+    imported) is configured again from it."""
+    import copy
+    import tempfile
+
+    import yaml
+    from ray.data._internal import logging as data_logging
+
+    config = copy.deepcopy(data_logging.DEFAULT_CONFIG)
+    config["handlers"]["console"]["level"] = "WARNING"
+    # To the file only: the progress-bar notice, and a failed task's traceback (the job ends with one line
+    # naming the error and the file that holds the whole traceback).
+    for name in ("ray.data._internal.progress", "ray.data.exceptions"):
+        config["loggers"][name] = {"level": "DEBUG", "handlers": ["file"], "propagate": False}
+    path = os.path.join(tempfile.gettempdir(), f"qa-ray-data-logging-{os.getuid()}.yaml")
+    staged = f"{path}.{os.getpid()}"
+    with open(staged, "w") as f:
+        yaml.safe_dump(config, f)
+    os.replace(staged, path)
+    os.environ[data_logging.RAY_DATA_LOGGING_CONFIG_ENV_VAR_NAME] = path
+    data_logging.configure_logging()
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool = False):
     """Join the cluster named by RAY_ADDRESS, or start (and later stop) a private local Ray.
+
+    `quiet`: Ray Data's and Ray Train's INFO lines and library progress bars go to the session's log files only
+    (see _QUIET); `quiet=False` is a job's --verbose.
 
     `state_api`: start the local instance's dashboard, which serves Ray's State API. Ray Train needs it: its
     detached PlacementGroupCleaner asks the State API every second whether the training controller is alive,
     and without a dashboard each question fails with a warning ("Failed to query Ray Train Controller actor
     state"), dozens of lines a minute. Jobs that only use Ray Data leave it off (one process fewer)."""
     import ray
+
+    _QUIET["verbose"] = not quiet
+    if quiet:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bars too
+        _quiet_ray_data_logging()
     from ray.data import DataContext
 
     started = False
@@ -82,6 +147,8 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
             ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING,
                      runtime_env={"env_vars": worker_env()})
         else:
+            if quiet:  # Ray turns token authentication on for a new local instance (its default) and says so
+                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             init_local_ray(num_cpus=num_cpus, **kwargs)
             started = True
     context = DataContext.get_current()
@@ -105,11 +172,41 @@ def unwrap(error: BaseException) -> BaseException:
     return error
 
 
-def run_on_ray(job: str, work, num_cpus: int | None = None, state_api: bool = False):
-    """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, 1)."""
+def run_on_ray(job: str, work, num_cpus: int | None = None, state_api: bool = False, verbose: bool = False):
+    """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, 1).
+
+    The line names the job and the user's error (the file, row or URL, and the problem), whichever Ray task
+    raised it; the whole traceback goes to a log file that the line names."""
     try:
-        with ray_session(num_cpus, state_api=state_api):
+        with ray_session(num_cpus, quiet=not verbose, state_api=state_api):
             return work(), 0
     except Exception as err:  # one line naming the file or row, not Ray's wrapped traceback
-        print(f"{job}: error: {unwrap(err)}", file=sys.stderr)
+        log = _traceback_log(job, err)
+        where = f" (traceback: {log})" if log else ""
+        print(f"{job}: error: {_one_line(unwrap(err))}{where}", file=sys.stderr)
         return None, 1
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's first line (a Ray task error appends its traceback), named by its class where that is the
+    project's own (DumpError, SchemaMismatch) rather than a builtin."""
+    lines = str(error).strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    name = type(error).__name__
+    if type(error).__module__ == "builtins":
+        return first or name
+    return f"{name}: {first}" if first else name
+
+
+def _traceback_log(job: str, error: BaseException) -> str | None:
+    """Write the error's full traceback (Ray's task tracebacks included) to a file; its path, or None."""
+    import tempfile
+    import traceback
+
+    path = os.path.join(tempfile.gettempdir(), f"{job}-error-{os.getpid()}.log")
+    try:
+        with open(path, "w") as f:
+            f.write("".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return path

@@ -77,6 +77,9 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
                         "count) training questions whose answer occurs in no passage (default: stop with an error "
                         "naming the file and line, or the question)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+                        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
     from jobs.ray_env import run_on_ray
     from pipelines.tokenize import write
 
-    manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus)
+    manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
     for split, s in manifest["splits"].items():

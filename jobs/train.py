@@ -67,6 +67,10 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--optimizer", default=None, choices=list(OPTIMIZERS), help="default: the recipe's")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's; GSAMN's "
                                                          "paper 5e-5 with --encoder-path, 1e-3 for word embeddings)")
+    p.add_argument("--head-lr", type=float, default=None,
+                   help="with --encoder-path: the peak rate of the layers on top of the pretrained encoder, which "
+                        "keeps --lr (default: --lr for all, as the papers fine-tune; a short run learns its new "
+                        "layers faster at, for example, 1e-3)")
     p.add_argument("--momentum", type=float, default=None, help="RMSProp momentum (GGSA's recipe: 0.9)")
     p.add_argument("--rho", type=float, default=None, help="Adadelta's decay (IARNN's recipe: 0.9)")
     p.add_argument("--weight-decay", type=float, default=None, help="AdamW's decoupled weight decay on matrices "
@@ -131,6 +135,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                    help="set a field of the model's configuration (--dry-run lists them), for example "
                         "composition=multihop, objective=pointwise, similarity=gesd; repeatable")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+                        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
     overrides = model_options(MODELS[args.model], args.model_option, p.error)
@@ -150,7 +157,7 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
 def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
     recipe_flags = {name: getattr(args, name) for name in RECIPE_FIELDS if hasattr(args, name)}
     return TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
-                       max_steps=args.max_steps, recipe=args.recipe, **recipe_flags,
+                       max_steps=args.max_steps, recipe=args.recipe, **recipe_flags, head_lr=args.head_lr,
                        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
                        num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
                        gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
@@ -204,6 +211,23 @@ def fetch(source: str, destination: str) -> None:
     os.replace(staged, destination)
 
 
+def print_dev_figures(summary: dict) -> None:
+    """The model's dev figures, and beside them (ranking) what a random and a word-overlap ranking score on the
+    same questions."""
+    m = summary["metrics"]
+    if not m.get("questions"):
+        return
+
+    def shown(figures: dict) -> str:
+        return "  ".join(f"{'P@1' if name == 'p@1' else name.upper()} {figures[name]:.3f}" for name in m
+                         if name != "questions" and figures.get(name) is not None)
+
+    print(f"dev {m['questions']} questions:", file=sys.stderr)
+    print(f"  {summary['model']:<16}{shown(m)}", file=sys.stderr)
+    for name, figures in (summary.get("references") or {}).items():
+        print(f"  {name.replace('_', ' '):<16}{shown(figures)}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
@@ -237,14 +261,10 @@ def main(argv=None) -> int:
     from jobs.ray_env import run_on_ray
     from jobs.train_loop import run
 
-    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True)
+    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True, verbose=args.verbose)
     if rc:
         return rc
-    m = summary["metrics"]
-    if m.get("questions"):
-        shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}" for name, value in m.items()
-                          if name != "questions" and value is not None)
-        print(f"dev {shown}  over {m['questions']} questions", file=sys.stderr)
+    print_dev_figures(summary)
     if summary.get("test"):
         from jobs.evaluate import print_summary
 

@@ -67,6 +67,7 @@ class TrainConfig:
     batch_size: int | None = None
     optimizer: str | None = None
     lr: float | None = None  # None: the recipe's (its encoder_lr when a pretrained encoder is fine-tuned)
+    head_lr: float | None = None  # the rate outside a pretrained transformer (None: `lr` for all, as the papers)
     betas: tuple | None = None
     momentum: float | None = None
     rho: float | None = None
@@ -655,12 +656,24 @@ def seed_micro_batch(seed: int, rank: int, epoch: int, index: int) -> None:
     random.seed(int(state[1]))
 
 
+def _worker_log_level(level: str) -> None:
+    """Ray Train's per-report line ("Reporting training result N: TrainingReport(...)") comes from a logger named
+    by its file's path, outside the `ray.train` loggers that RunConfig's LoggingConfig sets: set it here too."""
+    import logging
+
+    with contextlib.suppress(ImportError):
+        from ray.train.v2._internal.execution import context as train_context
+
+        logging.getLogger(train_context.__file__).setLevel(level)
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
 
     from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
 
+    _worker_log_level(config.get("log_level", "INFO"))
     cfg = TrainConfig(**config["train"])
     total_steps, vocab_size = config["total_steps"], config["vocab_size"]
     batches_per_epoch = config["batches_per_epoch"]  # this worker's, of an equal split
@@ -957,6 +970,7 @@ def run(cfg: TrainConfig) -> dict:
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from jobs.ray_env import train_log_level
     from pipelines.tokenize import shard_paths
 
     manifest = read_manifest(cfg.data)
@@ -995,6 +1009,9 @@ def run(cfg: TrainConfig) -> dict:
     if cfg.use_gpu:
         resources["GPU"] = cfg.gpus_per_worker
     storage = os.path.abspath(cfg.storage_path) if "://" not in cfg.storage_path else cfg.storage_path
+    # Workers run in the Ray session's artifacts folder: a relative path there names another place (TensorBoard
+    # logs and predictions written under it were lost in /tmp/ray/session_*/artifacts).
+    cfg = dataclasses.replace(cfg, storage_path=storage)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
@@ -1007,7 +1024,8 @@ def run(cfg: TrainConfig) -> dict:
                            "init_from": init_from, "pretrained_config": pretrained,
                            "vocab_sha256": manifest.get("vocab_sha256"),
                            "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
-                           "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus},
+                           "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus,
+                           "log_level": train_log_level()},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
@@ -1016,7 +1034,8 @@ def run(cfg: TrainConfig) -> dict:
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints,
                                                          checkpoint_score_attribute=SCORE,
                                                          checkpoint_score_order="max"),
-            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
+            logging_config=ray.train.LoggingConfig(log_level=train_log_level())),
     )
     result = trainer.fit()
     metrics = result.metrics or {}
@@ -1042,7 +1061,21 @@ def run(cfg: TrainConfig) -> dict:
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
             "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
             "examples_per_s": metrics.get("examples_per_s"), "stopped_early": metrics.get("stopped_early", False),
-            "test": test, "loss_curve": metrics.get("curve", [])}
+            "test": test, "loss_curve": metrics.get("curve", []),
+            "references": dev_references(dev_paths, cfg.eval_policy, cfg.seed) if task == "ranking" else None}
+
+
+def dev_references(paths: list[str], policy: str, seed: int) -> dict:
+    """A random and a word-overlap ranking of the dev questions (qa_models/references.py), scored as the model's
+    dev figures are: what its MAP/MRR/P@1 mean."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from qa_models.references import reference_rankings
+
+    table = pa.concat_tables([pq.read_table(p, columns=["qid", "label", "question_ids", "answer_ids"]) for p in paths])
+    return reference_rankings(table["qid"].to_pylist(), table["label"].to_pylist(), table["question_ids"].to_pylist(),
+                              table["answer_ids"].to_pylist(), policy, seed)
 
 
 def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:

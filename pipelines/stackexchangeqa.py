@@ -709,7 +709,9 @@ def build(cfg: BuildConfig):
         hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['detail']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
     pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
-    positives = threads.filter(expr=col("status") == POSITIVE).materialize()
+    # Not materialised: a filter over the materialised threads is cheap, and a copy of every positive pair's
+    # texts would crowd the object store (spilling at 1M posts) for the two passes that read them.
+    positives = threads.filter(expr=col("status") == POSITIVE)
     negatives = sample_negatives(pool, positives, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
                                  bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
                                  question_text=False).materialize()

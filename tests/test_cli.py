@@ -175,3 +175,80 @@ def test_a_job_run_directly_starts_its_own_ray_even_where_a_cluster_address_is_r
         assert result.stdout.split()[-1] == "1"
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+# Corrupt inputs that fail inside Ray tasks: each job ends with one line naming the job, the file and the problem,
+# exit code 1, the traceback in a log file that line names, and no output left looking complete.
+def _last_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _beer_posts(shared_data) -> bytes:
+    import gzip
+
+    path = os.path.join(shared_data, "stackexchange_dump_beer", "Posts.xml.gz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not found (the beer dump of ../shared/data)")
+    with gzip.open(path, "rb") as f:
+        return f.read()
+
+
+def _check_one_line_error(result, job: str, *fragments: str) -> str:
+    last = _last_line(result)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert last.startswith(f"{job}: error: "), result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in last, last
+    log = last.rsplit("(traceback: ", 1)[-1].rstrip(")")
+    assert os.path.exists(log) and "Traceback" in open(log).read(), last
+    return last
+
+
+@pytest.mark.parametrize("corruption", ["truncated gzip", "not XML"])
+def test_build_from_a_corrupt_dump_fails_in_one_line(tmp_path, shared_data, corruption):
+    import gzip
+
+    posts = _beer_posts(shared_data)
+    if corruption == "truncated gzip":
+        dump = tmp_path / "Posts.xml.gz"
+        whole = gzip.compress(posts)
+        dump.write_bytes(whole[: len(whole) // 2])
+        expected = ("Posts.xml.gz", "truncated or corrupt gzip")
+    else:
+        dump = tmp_path / "Posts.xml"
+        dump.write_bytes(b"<html><body>" + posts[:200_000].replace(b"<row ", b"<div ") + b"\x00 not xml")
+        expected = ("Posts.xml",)
+    output = tmp_path / "out"
+    result = _job("build_stackexchangeqa.py", "--dump", str(dump), "--output", str(output), "--num-cpus", "2")
+    _check_one_line_error(result, "build_stackexchangeqa", *expected)
+    assert not (output / "stats.json").exists() and not (output / "train").exists()
+
+
+def test_tokenize_a_malformed_tsv_row_fails_in_one_line(tmp_path, shared_data):
+    source = os.path.join(shared_data, "wikiqa")
+    if not os.path.isdir(source):
+        pytest.skip(f"{source} not found")
+    corrupt = tmp_path / "wikiqa"
+    corrupt.mkdir()
+    import gzip
+
+    for split in ("train", "dev", "test"):
+        with gzip.open(os.path.join(source, f"WikiQA-{split}.tsv.gz"), "rt", encoding="utf-8", newline="") as f:
+            lines = f.read().splitlines(keepends=True)
+        if split == "train":
+            lines.insert(5, "Q999\tonly two fields\r\n")
+        (corrupt / f"WikiQA-{split}.tsv").write_text("".join(lines), encoding="utf-8", newline="")
+    output = tmp_path / "tokenised"
+    result = _job("tokenize_corpora.py", "--dataset", "wikiqa", "--input", str(corrupt), "--output", str(output),
+                  "--num-cpus", "2")
+    _check_one_line_error(result, "tokenize_corpora", "WikiQA-train", "line 6")
+    assert not (output / "manifest.json").exists()
+
+
+def test_train_on_a_missing_manifest_or_an_unknown_model_fails_in_one_line(tmp_path):
+    result = _job("train.py", "--model", "gsamn", "--data", str(tmp_path), "--storage-path", str(tmp_path / "r"))
+    assert result.returncode == 1 and "manifest.json: not found" in _last_line(result)
+    assert not (tmp_path / "r").exists() or not os.listdir(tmp_path / "r")
+    result = _job("train.py", "--model", "no-such-model", "--data", str(tmp_path))
+    assert result.returncode == 2 and "invalid choice: 'no-such-model'" in _last_line(result)

@@ -4,6 +4,7 @@ Slow by design (Ray Data and Ray Train start-up); the builds are shared by the m
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -239,11 +240,13 @@ def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_pa
 
 
 def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
+    # A storage path relative to the job's folder: the workers run elsewhere (Ray's artifacts folder).
     command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", tokenised[0],
-               "--storage-path", str(tmp_path), "--name", "killed", "--max-steps", "40", "--checkpoint-every", "10",
+               "--storage-path", "runs", "--name", "killed", "--max-steps", "40", "--checkpoint-every", "10",
                "--dim", "16", "--num-cpus", "2"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+                            cwd=tmp_path)
+    run_dir = tmp_path / "runs" / "killed"
     deadline = time.time() + 240
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -257,8 +260,16 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
     finally:
         kill_session(proc.pid)
         proc.wait()
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
+    # Quiet by default: Ray Data's plans and Ray Train's INFO lines stay in Ray's log files; the dev figures come
+    # with a random and a word-overlap ranking of the same questions.
+    for noise in ("Execution plan", "Starting execution", "Requesting resources", "Token authentication",
+                  "Progress bars disabled"):
+        assert noise not in again.stderr, again.stderr[-3000:]
+    assert re.search(r"^  random +MAP 0\.\d+", again.stderr, re.M), again.stderr[-3000:]
+    assert re.search(r"^  word overlap +MAP 0\.\d+", again.stderr, re.M), again.stderr[-3000:]
+    assert (run_dir / "tensorboard").is_dir() and os.listdir(run_dir / "tensorboard")
     # Ray Train's placement-group cleaner reaches the State API (the job starts the local dashboard that serves
     # it), and each training line reaches the driver once (Ray Train's patched print had written it twice).
     assert "Failed to query Ray Train Controller" not in again.stderr, again.stderr[-3000:]

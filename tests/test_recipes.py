@@ -95,6 +95,28 @@ def test_each_optimizer_with_its_settings(optimizer, kind):
         assert group["rho"] == 0.8
 
 
+def test_head_lr_gives_the_layers_above_a_pretrained_transformer_their_own_rate():
+    from qa_models.encoders import PretrainedTransformer
+
+    encoder = PretrainedTransformer.__new__(PretrainedTransformer)  # its parameters, without loading a model
+    torch.nn.Module.__init__(encoder)
+    encoder.model = torch.nn.Linear(3, 3)
+    model = torch.nn.Sequential(encoder, torch.nn.Linear(3, 1))
+    cfg = TrainConfig(model="gsamn", data="d", weight_decay=0.01)
+    plain = build_optimizer(cfg, model, 5e-5)
+    assert [len(g["params"]) for g in plain.param_groups] == [2, 2]  # as before: matrices, then the rest
+    assert {g["lr"] for g in plain.param_groups} == {5e-5}
+    cfg = TrainConfig(model="gsamn", data="d", weight_decay=0.01, head_lr=1e-3)
+    split = build_optimizer(cfg, model, 5e-5)
+    rates = [(g["lr"], g["weight_decay"], [id(p) for p in g["params"]]) for g in split.param_groups]
+    assert rates == [(5e-5, 0.01, [id(encoder.model.weight)]), (1e-3, 0.01, [id(model[1].weight)]),
+                     (5e-5, 0.0, [id(encoder.model.bias)]), (1e-3, 0.0, [id(model[1].bias)])]
+    scheduler = torch.optim.lr_scheduler.LambdaLR(split, lr_factor("warmup_linear", 10, 0.1))
+    split.step()
+    scheduler.step()
+    assert scheduler.get_last_lr() == pytest.approx([5e-5 * 1.0, 1e-3 * 1.0, 5e-5, 1e-3])
+
+
 def test_l2_penalty_is_lambda_times_the_squared_norm_of_trainable_parameters():
     model = torch.nn.Linear(2, 2)
     with torch.no_grad():

@@ -14,20 +14,49 @@ import torch
 
 def build_optimizer(cfg, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
     """The recipe's optimiser over the trainable parameters. AdamW decays matrices only (BERT's convention: biases
-    and LayerNorm gains are left alone); the others take no decay of their own (their L2 is `l2_penalty`)."""
+    and LayerNorm gains are left alone); the others take no decay of their own (their L2 is `l2_penalty`).
+
+    `cfg.head_lr` (None unless given): the rate of every parameter outside a pretrained transformer, which keeps
+    `lr`; the papers fine-tune all at one rate, and a short run learns its new layers faster with their own."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
         groups = [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay},
                   {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0}]
+    else:
+        groups = [{"params": [p for _, p in named]}]
+    groups = _head_rate(groups, model, getattr(cfg, "head_lr", None))
+    if cfg.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps)
-    params = [p for _, p in named]
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        return torch.optim.Adam(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, momentum=cfg.momentum, eps=cfg.eps)
+        return torch.optim.RMSprop(groups, lr=lr, momentum=cfg.momentum, eps=cfg.eps)
     if cfg.optimizer == "adadelta":
-        return torch.optim.Adadelta(params, lr=lr, rho=cfg.rho, eps=cfg.eps)
+        return torch.optim.Adadelta(groups, lr=lr, rho=cfg.rho, eps=cfg.eps)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+
+
+def _head_rate(groups: list[dict], model: torch.nn.Module, head_lr: float | None) -> list[dict]:
+    """`groups` unchanged without `head_lr` (so optimiser states saved before load as they were); with it, each
+    split in two: the parameters inside a pretrained transformer (at the optimiser's rate), then the rest at
+    `head_lr`, empty halves dropped."""
+    if not head_lr:
+        return groups
+    pretrained = _pretrained_parameters(model)
+    split = []
+    for group in groups:
+        inside = [p for p in group["params"] if id(p) in pretrained]
+        outside = [p for p in group["params"] if id(p) not in pretrained]
+        split += [dict(group, params=inside), dict(group, params=outside, lr=head_lr)]
+    return [g for g in split if g["params"]]
+
+
+def _pretrained_parameters(model: torch.nn.Module) -> set[int]:
+    """ids of the parameters inside a pretrained transformer (qa_models.encoders.PretrainedTransformer)."""
+    from qa_models.encoders import PretrainedTransformer
+
+    return {id(p) for module in model.modules() if isinstance(module, PretrainedTransformer)
+            for p in module.parameters()}
 
 
 def lr_factor(schedule: str, total_steps: int, warmup: float = 0.0, warmup_steps: int = 0):
