@@ -701,6 +701,12 @@ def build(cfg: BuildConfig):
     stages = _Stages()
     threads = threads_dataset(cfg, stages)
     stats = funnel(threads)
+    # The attribution rows (ids, links, authors: small) now, so that nothing needs the threads, the largest
+    # table in the object store, once the pairs are made: at 1M posts they filled the store and the shard
+    # writes ran against spilled blocks.
+    attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
+                                 col("status").is_in(list(NEGATIVE_POOL)))
+    attribution = attribution.map_batches(attribution_rows, batch_format="pyarrow").materialize()
     stages.done("funnel")
     failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
     stats["failures"] = [{"url": r["origin"], "reason": r["detail"]} for r in failed]
@@ -727,9 +733,7 @@ def build(cfg: BuildConfig):
     # they take there from the question's positives.
     pairs = pairs.repartition(_partitions(cfg), keys=["qid"]).map_batches(
         questions_in_seeded_order, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": cfg.seed})
-    attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
-                                 col("status").is_in(list(NEGATIVE_POOL)))
-    return pairs, stats, attribution.map_batches(attribution_rows, batch_format="pyarrow")
+    return pairs, stats, attribution
 
 
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
@@ -839,7 +843,6 @@ def write(cfg: BuildConfig) -> dict:
                     .write_parquet(target, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
             os.makedirs(target, exist_ok=True)
             splits[split]["shards"] = len([f for f in os.listdir(target) if f.endswith(".parquet")])
-        attribution = attribution.materialize()
         attribution.write_parquet(os.path.join(staging, "attribution"), min_rows_per_file=cfg.rows_per_shard,
                                   compression="zstd")
         stats["attribution"] = _attribution_counts(attribution)
