@@ -218,8 +218,8 @@ CROSS_ENCODER_EXTRA = ("left out of the hour: 3 epochs of all 8,672 pairs take a
                        "`python bench/results.py --profile hour --only 'wikiqa/minilm-cross-encoder-3-epochs'` runs it")
 MPNET_EXTRA = ("left out of the full profile's plan on 2 CPU cores: MPNet-base costs about 6 times MiniLM-L6's "
                "compute a step (a batch of 32 x 64 forward and backward: 14.7 s against 2.5 s, on one core shared with two training runs), so "
-               "about 6 hours a run, 13 for pretraining and transfer; minutes on a GPU: `python bench/results.py "
-               "--profile full --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)")
+               "about 6 hours a run, 13 for pretraining and transfer; about 3 minutes a run on one H100: `python "
+               "bench/results.py --profile full --use-gpu --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)")
 GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
 IARNN_T2, IARNN_T4 = "IARNN Table 2", "IARNN Table 4 (clean, small TRAIN)"
 ROWS = [
@@ -247,7 +247,11 @@ ROWS = [
         init_from="seqa/minilm-gsamn-pretrain", full=MINILM_FULL),
     # The base-size encoder of the paper's headline rows: MPNet-base (110M, as BERT-base) pretrained on the beer
     # build, then fine-tuned on WikiQA; about 6 times MiniLM-L6's compute a step (measured), so hours of one core a
-    # run: a GPU's rows, outside the full profile's plan on this machine
+    # run: a GPU's rows, outside the full profile's plan on this machine. Its zero-shot row is the bar that
+    # fine-tuning it has to clear, as MiniLM's is.
+    Row("wikiqa/mpnet-zero-shot", "wikiqa", "MPNet-base bi-encoder, zero-shot (cosine)", "wikiqa", None,
+        ["--encoder-path", "mpnet-base"], seeds=(0,), in_hour=False, full_seeds=(0,), full_extra=MPNET_EXTRA,
+        full=["--encoder-path", "mpnet-base"]),
     Row("seqa/mpnet-gsamn-pretrain", "pretrain", "MPNet-base + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
         "gsamn", [], seeds=(0,), in_hour=False, full_seeds=(0,), full_extra=MPNET_EXTRA,
         full=["--encoder-path", "mpnet-base", "--max-len", "96", *FULL]),
@@ -332,6 +336,10 @@ COMPARISONS = [
      "map"),
     ("GSAMN against two Transformer layers on top", "wikiqa/minilm-gsamn", "wikiqa/minilm-transformers", "map"),
     ("transfer from StackExchangeQA, for GSAMN", "wikiqa/minilm-gsamn-transfer", "wikiqa/minilm-gsamn", "map"),
+    ("fine-tuning MPNet-base (GSAMN + transfer) against using it zero-shot", "wikiqa/mpnet-gsamn-transfer",
+     "wikiqa/mpnet-zero-shot", "map"),
+    ("a base-size encoder (MPNet-base) against MiniLM-L6, GSAMN + transfer", "wikiqa/mpnet-gsamn-transfer",
+     "wikiqa/minilm-gsamn-transfer", "map"),
     ("iGGSA's interaction against GGSA", "wikiqa/iggsa", "wikiqa/ggsa", "map"),
     ("IARNN: context attention against word attention (WikiQA)", "wikiqa/iarnn-context", "wikiqa/iarnn-word", "map"),
     ("IARNN: Occam's razor on context attention (WikiQA)", "wikiqa/iarnn-occam-context", "wikiqa/iarnn-context",
@@ -385,9 +393,9 @@ def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[
     data = data_folder(out, row.data)
     name = run_name(row, seed, profile)
     predictions = os.path.join(out, "predictions", name + ".jsonl")
-    if row.model is None:
-        return [["jobs/zero_shot.py", "--data", data, "--split", row.split, "--encoder-path", "minilm",
-                 "--output", predictions]]
+    if row.model is None:  # the row's options name its encoder (MiniLM where they name none)
+        encoder = row.options_of(profile) or ["--encoder-path", "minilm"]
+        return [["jobs/zero_shot.py", "--data", data, "--split", row.split, *encoder, "--output", predictions]]
     runs = os.path.join(out, "runs")
     options = [o.replace("{data}", data) for o in row.options_of(profile)]  # files beside the row's data
     cpus = [] if "--cpus-per-worker" in options else ["--cpus-per-worker", "1"]  # a lane's one CPU by default
@@ -484,7 +492,24 @@ def dev_history(checkpoint: str) -> list:
             for step, figures in read_state(checkpoint).get("dev_history", [])]
 
 
-def run_one(run: Run, out: str, env: dict, ledger: Ledger) -> dict:
+def on_device(argv: list[str], gpus_per_run: float | None) -> list[str]:
+    """A training command as it runs: on a GPU share where the report runs on one. Where a run trains is not part
+    of its plan (the commands the ledger compares): a run on a GPU stands for the same row as one on the CPU, and
+    its record says which device it had."""
+    if gpus_per_run and argv[0] == "jobs/train.py":
+        return [*argv, "--use-gpu", "--gpus-per-worker", f"{gpus_per_run:g}"]
+    return argv
+
+
+def device_name(gpus_per_run: float | None) -> str:
+    if not gpus_per_run:
+        return "cpu"
+    import torch
+
+    return f"cuda: {torch.cuda.get_device_name(0)}"
+
+
+def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float | None = None) -> dict:
     from pipelines.tokenize import _sha256
 
     row, seed, key = run.row, run.seed, run.name
@@ -502,10 +527,11 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger) -> dict:
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     started = time.time()
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
-        summaries = [_run(argv, env, log) for argv in argvs]
+        summaries = [_run(on_device(argv, gpus_per_run), env, log) for argv in argvs]
     seconds = time.time() - started
     record = {"row": row.id, "seed": seed, "profile": run.profile, "commands": planned["commands"], "plan": planned,
-              "seconds": round(seconds, 1), "commit": git_commit(), "finished": datetime.date.today().isoformat()}
+              "seconds": round(seconds, 1), "commit": git_commit(), "finished": datetime.date.today().isoformat(),
+              "device": device_name(gpus_per_run)}
     if row.model is None:
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
     else:
@@ -603,22 +629,32 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     return todo
 
 
-def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour") -> float:
+def data_needed(rows: list[Row], profile: str) -> set[str]:
+    """The data steps (keys of `data_steps`) that `rows` read: each row's data set, the steps it names, and word
+    vectors only for the rows that read them (an encoder's rows and the zero-shot rows never do, so a machine
+    without fastText can run them)."""
+    word_rows = [r for r in rows if r.model is not None and "--encoder-path" not in r.options_of(profile)]
+    needed = {r.data for r in rows} | {f"{r.data}-vectors" for r in word_rows} | {s for r in rows for s in r.needs}
+    return needed | ({"seqa-build"} if "seqa" in needed else set())
+
+
+def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour",
+            use_gpu: bool = False) -> float:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
-    runs once their source is recorded), after the data they need."""
+    runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
     import ray
 
     from jobs.ray_env import init_local_ray
 
-    needed_data = {r.data for r in rows} | {f"{r.data}-vectors" for r in rows} | {s for r in rows for s in r.needs}
-    needed_data |= {"seqa-build"} if "seqa" in needed_data else set()
+    needed_data = data_needed(rows, profile)
     # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (jobs/ray_env.py).
     init_local_ray(num_cpus=lanes + 1, include_dashboard=True, logging_level="WARNING")
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
         todo = todo_runs(rows, seeds, out, profile, ledger)
-        failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger), ledger)
+        gpus_per_run = round(1 / lanes, 3) if use_gpu else None
+        failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger)
         if failed:
             raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
                              f"recorded in {ledger.path}, and running again resumes")
@@ -725,8 +761,16 @@ def run_time(row: Row, ledger: Ledger, profile: str | None = None) -> str:
     records = row_records(row, ledger, profile)
     if not records:
         return "-"
-    minutes = statistics.fmean(r["seconds"] for r in records) / 60
-    text = f"{minutes:.0f} min" if minutes >= 1.5 else f"{minutes * 60:.0f} s"
+    def wall(runs: list[dict]) -> str:
+        minutes = statistics.fmean(r["seconds"] for r in runs) / 60
+        return f"{minutes:.0f} min" if minutes >= 1.5 else f"{minutes * 60:.0f} s"
+
+    # a run on a GPU takes a fraction of a CPU run's time: each device's runs are timed apart
+    by_device: dict[str, list[dict]] = {}
+    for r in records:
+        by_device.setdefault(r.get("device", "cpu"), []).append(r)
+    text = ", ".join(wall(runs) + ("" if device == "cpu" else f" on {device.removeprefix('cuda: ')}")
+                     + (f" ({len(runs)} run{'s' if len(runs) > 1 else ''})" if len(by_device) > 1 else "") for device, runs in by_device.items())
     curves = [(r.get("dev_history") or [], r.get("stopped_early", False)) for r in sorted(records,
                                                                                           key=lambda r: r["seed"])]
     metric = metric_names(row)[1 if row.section.startswith("squad") else 0]
@@ -1224,8 +1268,9 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         sha = r.get("checkpoint_sha256", "")[:16] or "-"
         cmd = "<br>".join(f"`{c}`" for c in r["commands"])
+        device = f" ({r['device'].removeprefix('cuda: ')})" if r.get("device", "cpu") != "cpu" else ""
         lines.append(f"| {r['row']} | {r.get('profile', 'hour')} | {r['seed']} | {r['split']} | {figures} "
-                     f"| {r['seconds']:.0f} | {r.get('commit', '-')} | {sha} | {cmd} |")
+                     f"| {r['seconds']:.0f}{device} | {r.get('commit', '-')} | {sha} | {cmd} |")
     lines += ["", "Data preparation and benchmarks:", ""]
     for key in sorted(k for k in ledger.records if k.startswith("data:") or k == "efficiency"):
         r = ledger.records[key]
@@ -1295,6 +1340,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", action="append", default=[], metavar="PATTERN",
                    help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are "
                         "added")
+    p.add_argument("--use-gpu", action="store_true", help="train on this machine's GPU, the lanes sharing it (each "
+                                                          "run's record names its device; the plan is unchanged)")
     p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument("--dry-run", action="store_true", help="print every command of the plan, each marked with "
@@ -1325,7 +1372,7 @@ def main(argv=None) -> int:
                 raise SystemExit(f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data "
                                  "(or QA_SHARED_DATA)")
         started = time.time()
-        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile)
+        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's
@@ -1333,7 +1380,8 @@ def main(argv=None) -> int:
                 "profile": args.profile, "commit": git_commit(), "wall_s": round(time.time() - started, 1),
                 "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
                 "finished": datetime.date.today().isoformat(),
-                "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), no GPU"})
+                "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+                           + (device_name(1).removeprefix("cuda: ") if args.use_gpu else "no GPU")})
     write_report(report_rows(ledger), ledger, out, args.report)
     return 0
 

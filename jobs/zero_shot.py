@@ -42,7 +42,7 @@ def score_split(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
 
     from jobs.train_loop import read_manifest
     from pipelines.tokenize import shard_paths
-    from qa_models.encoders import SentenceEmbedder, minilm_path
+    from qa_models.encoders import SentenceEmbedder, resolve_encoder
     from qa_models.metrics import per_question_ranking, summarise_ranking
 
     if cfg.threads:
@@ -53,7 +53,7 @@ def score_split(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
     paths, _ = shard_paths(cfg.data, cfg.split)
     columns = ["qid", "aid", "label", "question", "answer"]
     rows = pa.concat_tables([pq.read_table(path, columns=columns) for path in paths]).to_pydict()
-    path = minilm_path() if cfg.encoder_path == "minilm" else cfg.encoder_path
+    path = resolve_encoder(cfg.encoder_path)
     embedder = SentenceEmbedder(path, cfg.max_len).eval()
 
     def embed(texts: list[str]) -> dict[str, np.ndarray]:

@@ -319,3 +319,40 @@ def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_l
     for row in ablations:
         argv = results.commands(row, 0, "out", "full")[0]
         assert argv[argv.index("--epochs") + 1] == str(results.DYNSAN_ABLATION_EPOCHS)
+
+
+def test_a_gpu_run_is_the_same_plan_on_another_device(tmp_path):
+    row = next(r for r in results.ROWS if r.id == "wikiqa/minilm-gsamn")
+    (argv,) = results.commands(row, 1, str(tmp_path), "full")
+    assert results.on_device(argv, None) == argv
+    on_gpu = results.on_device(argv, 0.5)
+    assert on_gpu[:len(argv)] == argv and on_gpu[len(argv):] == ["--use-gpu", "--gpus-per-worker", "0.5"]
+    cfg, _ = train.parse_args(on_gpu[1:])
+    assert (cfg.use_gpu, cfg.gpus_per_worker) == (True, 0.5)
+    zero = next(r for r in results.ROWS if r.id == "wikiqa/minilm-zero-shot")
+    (zero_argv,) = results.commands(zero, 0, str(tmp_path), "full")
+    assert results.on_device(zero_argv, 0.5) == zero_argv  # the bi-encoder job has no training to place
+    # the device is not part of the plan: a run recorded on a GPU is not due again on a CPU machine
+    assert "--use-gpu" not in json.dumps(results.plan_of(results.Run(row, 1, "full"), str(tmp_path)))
+
+
+def test_each_device_s_runs_are_timed_apart(tmp_path):
+    row = next(r for r in results.ROWS if r.id == "wikiqa/ggsa")
+    ledger = results.Ledger(str(tmp_path / "ledger.json"))
+    ledger.add("full-wikiqa-ggsa-seed0", dict(_record(row.id, 0, {"map": 0.6}, "full"), seconds=3600.0))
+    for seed in (1, 2):
+        ledger.add(f"full-wikiqa-ggsa-seed{seed}", dict(_record(row.id, seed, {"map": 0.6}, "full"), seconds=180.0,
+                                                        device="cuda: NVIDIA H100 80GB HBM3"))
+    assert results.run_time(row, ledger) == "60 min (1 run), 3 min on NVIDIA H100 80GB HBM3 (2 runs)"
+
+
+def test_zero_shot_rows_name_their_encoder_and_encoder_rows_need_no_word_vectors(tmp_path):
+    rows = {r.id: r for r in results.ROWS}
+    for row_id, encoder in (("wikiqa/minilm-zero-shot", "minilm"), ("wikiqa/mpnet-zero-shot", "mpnet-base")):
+        (argv,) = results.commands(rows[row_id], 0, str(tmp_path), "full")
+        assert argv[0] == "jobs/zero_shot.py" and argv[argv.index("--encoder-path") + 1] == encoder
+    encoder_rows = [rows[i] for i in ("wikiqa/mpnet-zero-shot", "wikiqa/minilm-gsamn", "wikiqa/mpnet-gsamn-transfer",
+                                      "seqa/mpnet-gsamn-pretrain")]
+    assert results.data_needed(encoder_rows, "full") == {"wikiqa", "seqa", "seqa-build"}
+    assert results.data_needed([rows["wikiqa/ggsa"]], "full") == {"wikiqa", "wikiqa-vectors"}
+    assert "trecqa-vectors" in results.data_needed([rows["trecqa/ctrn"]], "full")
