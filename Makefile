@@ -34,9 +34,8 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) jobs/build_stackexchangeqa.py --dump $(DUMP) --output $(OUT)/stackexchangeqa --negatives $(NEGATIVES)
 	$(PY) jobs/tokenize_corpora.py --dataset stackexchangeqa --input $(OUT)/stackexchangeqa --output $(OUT)/tokenised
-	rm -rf $(OUT)/runs/gsamn-demo
-	$(PY) jobs/train.py --model gsamn --data $(OUT)/tokenised --storage-path $(OUT)/runs --name gsamn-demo \
-		$(DEMO_TRAIN_ARGS) > $(OUT)/train_summary.json
+	@rm -rf $(OUT)/runs/gsamn-demo
+	$(PY) jobs/train.py --model gsamn --data $(OUT)/tokenised --storage-path $(OUT)/runs --name gsamn-demo $(DEMO_TRAIN_ARGS) > $(OUT)/train_summary.json
 	@echo "data card:      $(OUT)/stackexchangeqa/DATA_CARD.md (funnel: funnel.png)"
 	@echo "training curve: $(OUT)/runs/gsamn-demo/training_curve.png"
 	@echo "TensorBoard:    $(OUT)/runs/gsamn-demo/tensorboard (tensorboard --logdir ...)"

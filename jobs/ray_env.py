@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import sys
 
 
@@ -36,9 +37,16 @@ def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
     Arrow and our stages, 1-2 s of CPU each) were killed, and the stages after it ran on cold ones. Twice the CPUs
     (task workers plus aggregators) keeps them: measured on a 100k-post StackExchangeQA build
     (bench/stackexchangeqa.py, 3 runs each, in turn), 40-43 s against 63-67 s, for heaps of 1.8-1.9 GB against
-    1.4 GB (the warm workers' imports and caches)."""
+    1.4 GB (the warm workers' imports and caches).
+
+    The raylet also warns, on the driver's console, once its workers outnumber four times its worker start-up
+    concurrency (its CPUs by default): "8 PYTHON worker processes have been started ... 4x the maximum expected
+    startup concurrency (2)", which every training run on 2 cores met (two task workers kept warm, the Ray Train
+    controller and worker, Ray Data's read and split actors). The start-up concurrency follows the worker pool
+    that this project expects, twice the CPUs, so the warning is kept for a real runaway."""
     cpus = num_cpus or os.cpu_count() or 1
-    return {**LOCAL_RAY_ENV, "RAY_num_workers_soft_limit": str(2 * cpus)}
+    return {**LOCAL_RAY_ENV, "RAY_num_workers_soft_limit": str(2 * cpus),
+            "RAY_worker_maximum_startup_concurrency": str(2 * cpus)}
 
 
 def worker_env() -> dict[str, str]:
@@ -58,7 +66,21 @@ def init_local_ray(**kwargs) -> None:
     os.environ.update(worker_env())
     for key, value in local_ray_env(kwargs.get("num_cpus")).items():
         os.environ.setdefault(key, value)
+    if kwargs.get("include_dashboard") and "dashboard_port" not in kwargs:
+        # The State API's clients inside Ray (Ray Train's PlacementGroupCleaner asks it every second) find their
+        # cluster by RAY_API_SERVER_ADDRESS or RAY_ADDRESS, else by looking for running instances; with a second
+        # instance on the machine (another job, a `ray start`) the search fails ("Found multiple active Ray
+        # instances") and the cleaner prints that traceback every second. The workers inherit this process's
+        # environment, so naming this instance's dashboard here answers them all.
+        kwargs["dashboard_port"] = free_port()
+        os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{kwargs['dashboard_port']}"
     ray.init(address="local", **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def forget_recorded_cluster(gcs_address: str) -> None:

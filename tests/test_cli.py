@@ -177,6 +177,31 @@ def test_a_job_run_directly_starts_its_own_ray_even_where_a_cluster_address_is_r
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def test_the_state_api_inside_ray_finds_its_own_instance_beside_another():
+    """Ray Train's PlacementGroupCleaner asks the State API from inside Ray every second; with a second Ray on the
+    machine (another job, a `ray start`), its search for a cluster failed ("Found multiple active Ray instances")
+    and it printed that traceback every second."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    other = subprocess.Popen([sys.executable, "-c", "import ray, sys\nray.init(address='local', num_cpus=1, "
+                              "include_dashboard=False)\nprint('up', flush=True)\nsys.stdin.read()\n"],
+                             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "up"
+        code = ("import ray\nfrom jobs.ray_env import ray_session\n"
+                "with ray_session(num_cpus=1, state_api=True):\n"
+                "    @ray.remote\n    def actors():\n        from ray.util.state import list_actors\n"
+                "        return len(list_actors())\n"
+                "    print('actors', ray.get(actors.remote()))\n")
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                                timeout=180)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "multiple active Ray instances" not in result.stderr
+        assert result.stdout.split()[-2] == "actors"
+    finally:
+        other.stdin.close()
+        other.wait(timeout=120)
+
+
 # Corrupt inputs that fail inside Ray tasks: each job ends with one line naming the job, the file and the problem,
 # exit code 1, the traceback in a log file that line names, and no output left looking complete.
 def _last_line(result) -> str:
