@@ -510,7 +510,7 @@ def device_name(gpus_per_run: float | None) -> str:
 
 
 def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float | None = None) -> dict:
-    from pipelines.tokenize import _sha256
+    from pipelines.shards import sha256_file
 
     row, seed, key = run.row, run.seed, run.name
     argvs = commands(row, seed, out, run.profile)
@@ -550,7 +550,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
                       steps=train.get("steps"), stopped_early=train.get("stopped_early", False),
                       examples_per_s=train.get("examples_per_s"),
                       checkpoint=os.path.relpath(checkpoint, out),
-                      checkpoint_sha256=_sha256(os.path.join(checkpoint, "state.pt")),
+                      checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
                       config=config["train"], model_config=config["model_config"],
                       dev_history=dev_history(train["checkpoint"]))
     ledger.add(key, record)

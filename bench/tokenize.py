@@ -91,7 +91,9 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
 
     from bench.stackexchangeqa import PeakMemory
     from jobs.ray_env import init_local_ray
-    from pipelines.tokenize import SpacyTokenizer, ToIds, TokenizeConfig, build_vocabulary, write_shards
+    from pipelines.shards import write_shards
+    from pipelines.tokenize import SpacyTokenizer, ToIds, TokenizeConfig, count_tokens
+    from pipelines.vocabulary import build_vocabulary
 
     table = pq.read_table(table_path)
     with PeakMemory() as memory:
@@ -111,7 +113,7 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
         _, startup_seconds = run(blocks[:cpus])
         tokenised, stage_seconds = run(blocks)
         cfg = TokenizeConfig(dataset="bench", input="", output=out_dir)
-        vocab = build_vocabulary(tokenised, cfg)
+        vocab = build_vocabulary(tokenised, cfg, count_tokens)
         ids = tokenised.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
                                     compute=ActorPoolStrategy(min_size=1, max_size=cpus)).materialize()
         started = time.perf_counter()

@@ -69,7 +69,7 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
 
     from jobs.train_loop import Batcher, build_model, data_fields
     from jobs.train_rows import epoch_batches, row_groups, worker_rows
-    from pipelines.tokenize import shard_paths
+    from pipelines.shards import shard_paths
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
@@ -120,7 +120,7 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
 
     from jobs.train_loop import Batcher, TrainConfig, _lengths
     from jobs.train_rows import epoch_batches, row_groups
-    from pipelines.tokenize import shard_paths
+    from pipelines.shards import shard_paths
 
     groups = row_groups(shard_paths(data, "train")[0])
     total = sum(rows for *_, rows in groups)

@@ -57,7 +57,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
 
     from jobs.train_loop import (Batcher, autocast_dtype, check_data_fits_model, read_manifest, resolve_checkpoint,
                                  score_split)
-    from pipelines.tokenize import shard_paths
+    from pipelines.shards import shard_paths
 
     checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)

@@ -971,7 +971,7 @@ def run(cfg: TrainConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     from jobs.ray_env import train_log_level
-    from pipelines.tokenize import shard_paths
+    from pipelines.shards import shard_paths
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)

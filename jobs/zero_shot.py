@@ -41,7 +41,7 @@ def score_split(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
     import torch
 
     from jobs.train_loop import read_manifest
-    from pipelines.tokenize import shard_paths
+    from pipelines.shards import shard_paths
     from qa_models.encoders import SentenceEmbedder, resolve_encoder
     from qa_models.metrics import per_question_ranking, summarise_ranking
 

@@ -392,7 +392,7 @@ TOKEN_COLUMNS = [("question_tokens", pa.list_(pa.string())), ("context_tokens", 
 def count_passage_tokens(batch: pa.Table) -> pa.Table:
     from collections import Counter
 
-    from pipelines.tokenize import counts_table
+    from pipelines.vocabulary import counts_table
 
     counts: Counter = Counter()
     for column in ("question_tokens", "context_tokens"):
@@ -405,7 +405,7 @@ class PassageIds:
     """Token columns to word and character ids; conforms to TOKENISED_PASSAGES."""
 
     def __init__(self, vocab_tokens: list[str], vocab_chars: list[str], max_word_chars: int):
-        from pipelines.tokenize import Vocabulary
+        from pipelines.vocabulary import Vocabulary
 
         self.vocab, self.max_word_chars = Vocabulary(vocab_tokens, vocab_chars), max_word_chars
 
@@ -461,7 +461,8 @@ def write_passages(cfg) -> dict:
     from ray.data.expressions import col
 
     from pipelines.atomic import staged_dir
-    from pipelines.tokenize import _manifest, vocabulary_for, write_shards
+    from pipelines.shards import manifest_for, write_shards
+    from pipelines.vocabulary import vocabulary_for
 
     options = {"contexts": cfg.quasart_contexts} if cfg.dataset == "quasart" else {}
     corpus = PASSAGE_READERS[cfg.dataset](cfg.input, on_error=cfg.on_error, **options)
@@ -495,7 +496,7 @@ def write_passages(cfg) -> dict:
                 + "); pass --skip-bad-records to drop and count them")
         vocab = vocabulary_for(kept["train"], cfg, counter=count_passage_tokens)
         vocab.save(os.path.join(staging, "vocab.json"))
-        manifest = _manifest(cfg, "tokenised_passages", vocab, found, staging)
+        manifest = manifest_for(cfg, "tokenised_passages", vocab, found, staging)
         manifest["max_context_tokens"] = cfg.max_context_tokens
         for split, ds in kept.items():
             ids = ds.map_batches(PassageIds, batch_format="pyarrow", batch_size=64, fn_constructor_kwargs={

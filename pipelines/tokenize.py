@@ -5,21 +5,18 @@ across their candidate answers, so each batch tokenises a distinct question once
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from pipelines.atomic import staged_dir
-from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
-
-PAD, UNK, SEP, CLS = "<pad>", "<unk>", "<sep>", "<cls>"
-RESERVED = (PAD, UNK, SEP, CLS)  # ids 0..3 in every vocabulary
+from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
+from pipelines.shards import manifest_for, write_shards
+from pipelines.vocabulary import Vocabulary, counts_table, vocabulary_for
 
 
 class SpacyTokenizer:
@@ -77,55 +74,6 @@ def count_tokens(batch: pa.Table) -> pa.Table:
     return counts_table(counts)
 
 
-def counts_table(counts: dict[str, int]) -> pa.Table:
-    """A batch's token counts in the shape `build_vocabulary` sums by token."""
-    return pa.table({"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())})
-
-
-@dataclass
-class Vocabulary:
-    """Word ids, and the character ids (`chars`, the same reserved ids first) of the same training counts."""
-
-    tokens: list[str]
-    chars: list[str] = field(default_factory=lambda: list(RESERVED))
-
-    def __post_init__(self):
-        self.index = {t: i for i, t in enumerate(self.tokens)}
-        self.char_index = {c: i for i, c in enumerate(self.chars)}
-
-    def char_ids(self, tokens: list[str], max_word_chars: int) -> list[list[int]]:
-        unk = self.char_index[UNK]
-        return [[self.char_index.get(c, unk) for c in t[:max_word_chars]] for t in tokens]
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def ids(self, tokens: list[str]) -> list[int]:
-        unk = self.index[UNK]
-        return [self.index.get(t, unk) for t in tokens]
-
-    def save(self, path: str) -> None:
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "w") as f:
-            json.dump({"tokens": self.tokens, "chars": self.chars, "reserved": list(RESERVED)}, f)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: str) -> "Vocabulary":
-        with open(path) as f:
-            saved = json.load(f)
-        return cls(saved["tokens"], saved.get("chars", list(RESERVED)))
-
-    @classmethod
-    def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
-        """Most frequent first, ties by token: the same ids from the same counts on any machine."""
-        ranked = sorted(((t, n) for t, n in counts.items() if n >= min_count and t not in RESERVED),
-                        key=lambda tn: (-tn[1], tn[0]))
-        if max_size is not None:
-            ranked = ranked[: max(0, max_size - len(RESERVED))]
-        return cls(list(RESERVED) + [t for t, _ in ranked])
-
-
 class ToIds:
     """Maps token columns to `question_ids`/`answer_ids` (list<int32>) and conforms to TOKENISED_PAIRS."""
 
@@ -162,14 +110,6 @@ class TokenizeConfig:
     on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
     semeval_task: str = "A"  # semeval-ql: "A" (comments against their thread's question) or "C"
     vocab: str | None = None  # reuse this vocab.json (or a tokenised folder's) instead of counting train: fine-tuning
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
@@ -229,76 +169,6 @@ def tokenised_splits(cfg: TokenizeConfig, datasets: dict | None = None) -> dict:
     return tokenised
 
 
-def _partitions() -> int:
-    """Shuffle partitions: a few per CPU (Ray's default of 200 costs more than it saves on small corpora)."""
-    import ray
-
-    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-
-
-def char_counts(word_counts: dict[str, int]) -> dict[str, int]:
-    """Character counts implied by token counts (each character of a token, times the token's count)."""
-    chars: Counter = Counter()
-    for token, n in word_counts.items():
-        for ch in token:
-            chars[ch] += n
-    return dict(chars)
-
-
-def given_vocabulary(cfg: TokenizeConfig) -> Vocabulary:
-    """The vocabulary of `cfg.vocab` (a vocab.json, or a tokenised folder holding one), checked to have been
-    written with the same case folding (its manifest says) so that ids mean the same words."""
-    path = os.path.join(cfg.vocab, "vocab.json") if os.path.isdir(cfg.vocab) else cfg.vocab
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--vocab {cfg.vocab}: no vocab.json there (a folder written by tokenize_corpora.py, "
-                                "or its vocab.json)")
-    manifest = os.path.join(os.path.dirname(os.path.abspath(path)), "manifest.json")
-    if os.path.exists(manifest):
-        with open(manifest) as f:
-            lowercase = json.load(f).get("lowercase", cfg.lowercase)
-        if lowercase != cfg.lowercase:
-            raise ValueError(f"--vocab {path}: written {'lower-cased' if lowercase else 'cased'}, this run is "
-                             f"{'lower-cased' if cfg.lowercase else 'cased (--cased)'}: ids would not match words")
-    return Vocabulary.load(path)
-
-
-def vocabulary_for(train, cfg: TokenizeConfig, counter=None) -> Vocabulary:
-    return given_vocabulary(cfg) if cfg.vocab else build_vocabulary(train, cfg, counter)
-
-
-def build_vocabulary(train, cfg: TokenizeConfig, counter=None) -> Vocabulary:
-    """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver.
-    The character vocabulary comes from the same counts (`Vocabulary.chars`)."""
-    counts = (train.map_batches(counter or count_tokens, batch_format="pyarrow")
-              .groupby("token", num_partitions=_partitions()).sum("count").take_all())
-    words = {r["token"]: r["sum(count)"] for r in counts}
-    chars = Vocabulary.from_counts(char_counts(words), cfg.min_char_count, cfg.max_chars).tokens
-    return Vocabulary(Vocabulary.from_counts(words, cfg.min_count, cfg.max_vocab).tokens, chars)
-
-
-def rows_per_shard(ds, cfg: TokenizeConfig) -> int:
-    """Rows per Parquet file for a `cfg.shard_mb` target, from the materialised dataset's bytes per row."""
-    if cfg.rows_per_shard:
-        return cfg.rows_per_shard
-    rows = ds.count()
-    per_row = max(1, (ds.size_bytes() or 1) // max(1, rows))
-    return max(1, (cfg.shard_mb << 20) // per_row)
-
-
-def write_shards(ds, staging: str, split: str, cfg: TokenizeConfig, size_from=None) -> list[dict]:
-    """Parquet shards under `staging/split/`, with their rows, bytes and sha256. Rows per shard come from the bytes
-    per row of `size_from` (a materialised dataset of about the same rows; by default `ds` itself)."""
-    import pyarrow.parquet as pq
-
-    directory = os.path.join(staging, split)
-    ds.write_parquet(directory, min_rows_per_file=rows_per_shard(size_from or ds, cfg), compression="zstd",
-                     row_group_size=ROW_GROUP_ROWS)
-    files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet")) if os.path.isdir(directory) else []
-    return [{"path": f"{split}/{f}", "rows": pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows,
-             "bytes": os.path.getsize(os.path.join(directory, f)), "sha256": _sha256(os.path.join(directory, f))}
-            for f in files]
-
-
 def pair_counts(paths: list[str]) -> tuple[int, int, int]:
     """Questions (distinct qids), rows and positive rows of written pair shards, from their qid and label columns
     read back: exactly what was written, without the two shuffles a Ray Data groupby and aggregate cost (about
@@ -315,14 +185,6 @@ def pair_counts(paths: list[str]) -> tuple[int, int, int]:
     return len(qids), rows, positive
 
 
-def _manifest(cfg: TokenizeConfig, schema: str, vocab: Vocabulary, found: dict, staging: str) -> dict:
-    """The manifest, with the vocabulary's checksum: training refuses a checkpoint of another vocabulary."""
-    return {"dataset": cfg.dataset, "schema": schema, "tokenizer": "spacy.blank('en')", "lowercase": cfg.lowercase,
-            "vocab": "vocab.json", "vocab_size": len(vocab), "char_vocab_size": len(vocab.chars),
-            "vocab_sha256": _sha256(os.path.join(staging, "vocab.json")), "vocab_from": cfg.vocab,
-            "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
-
-
 def write(cfg: TokenizeConfig) -> dict:
     """Tokenise every split, write shards, `vocab.json` and `manifest.json`; the output folder appears whole."""
     from ray.data import ActorPoolStrategy
@@ -334,9 +196,9 @@ def write(cfg: TokenizeConfig) -> dict:
     with staged_dir(cfg.output) as staging:
         datasets, found = input_splits(cfg)
         tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
-        vocab = vocabulary_for(tokenised["train"], cfg)
+        vocab = vocabulary_for(tokenised["train"], cfg, count_tokens)
         vocab.save(os.path.join(staging, "vocab.json"))
-        manifest = _manifest(cfg, "tokenised_pairs", vocab, found, staging)
+        manifest = manifest_for(cfg, "tokenised_pairs", vocab, found, staging)
         for split, ds in tokenised.items():
             ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
                                  compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()
@@ -347,51 +209,3 @@ def write(cfg: TokenizeConfig) -> dict:
             json.dump(manifest, f, indent=2)
     return manifest
 
-
-class ShardError(ValueError):
-    """A tokenised output folder whose shards differ from its manifest."""
-
-
-def read_shards(data: str, split: str, verify: str = "size"):
-    """A split of a tokenise_corpora output as a lazy Ray Dataset that streams (nothing is read until iterated).
-
-    The files are exactly the manifest's: a missing, extra or changed shard is an error naming it. `verify`
-    "size" compares rows (Parquet footer) and bytes, "sha256" also the checksum (reads every byte once), "none"
-    skips the checks."""
-    import ray.data
-
-    paths, schema = shard_paths(data, split, verify)
-    return ray.data.read_parquet(paths, schema=schema)
-
-
-def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str], pa.Schema]:
-    """The Parquet files of a split and their schema, checked against the manifest as `read_shards` says."""
-    import pyarrow.parquet as pq
-
-    from pipelines.schemas import SCHEMAS
-
-    with open(os.path.join(data, "manifest.json")) as f:
-        manifest = json.load(f)
-    if split not in manifest["splits"]:
-        raise ShardError(f"{data}/manifest.json has no split {split!r} (has {', '.join(manifest['splits'])})")
-    schema = SCHEMAS[manifest["schema"]]
-    listed = manifest["splits"][split]["files"]
-    paths = [os.path.join(data, entry["path"]) for entry in listed]
-    directory = os.path.join(data, split)
-    on_disk = {os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".parquet")} \
-        if os.path.isdir(directory) else set()
-    if verify != "none":
-        extra = sorted(on_disk - set(paths))
-        if extra:
-            raise ShardError(f"{extra[0]}: a shard the manifest does not list ({len(extra)} such files)")
-        for entry, path in zip(listed, paths):
-            if not os.path.exists(path):
-                raise ShardError(f"{path}: listed in {data}/manifest.json but missing")
-            if "bytes" in entry and os.path.getsize(path) != entry["bytes"]:
-                raise ShardError(f"{path}: {os.path.getsize(path):,} bytes, the manifest says {entry['bytes']:,}")
-            if "rows" in entry and pq.ParquetFile(path).metadata.num_rows != entry["rows"]:
-                raise ShardError(f"{path}: row count differs from the manifest")
-            if verify == "sha256" and _sha256(path) != entry["sha256"]:
-                raise ShardError(f"{path}: sha256 differs from the manifest (changed after it was written)")
-    check_parquet_files(paths, schema)
-    return paths, schema

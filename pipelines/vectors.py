@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipelines.readers import _open_text
-from pipelines.tokenize import PAD, RESERVED, Vocabulary
+from pipelines.vocabulary import PAD, RESERVED, Vocabulary
 
 
 class VectorsError(ValueError):

@@ -6,7 +6,7 @@ import zlib
 import numpy as np
 import torch
 
-SEP_ID, PAD_ID = 2, 0  # pipelines.tokenize.RESERVED: <pad>=0, <unk>=1, <sep>=2, <cls>=3
+SEP_ID, PAD_ID = 2, 0  # pipelines.vocabulary.RESERVED: <pad>=0, <unk>=1, <sep>=2, <cls>=3
 
 
 def _truncate_pair(q: list, a: list, budget: int) -> tuple[list, list]:

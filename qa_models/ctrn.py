@@ -46,7 +46,7 @@ from qa_models.recipes import TrainingRecipe
 from qa_models.scan import forget_mult, masked_forget
 
 OVERLAP_FEATURES = 4
-FIRST_WORD_ID = 4  # pipelines.tokenize.RESERVED: <pad> <unk> <sep> <cls> are no words to share
+FIRST_WORD_ID = 4  # pipelines.vocabulary.RESERVED: <pad> <unk> <sep> <cls> are no words to share
 
 
 @dataclass

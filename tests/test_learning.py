@@ -126,7 +126,7 @@ def squad_subset(shared_data):
     import pyarrow.compute as pc
 
     from pipelines.passages import OK, PassageIds, PassageTokenizer, read_squad
-    from pipelines.tokenize import RESERVED
+    from pipelines.vocabulary import RESERVED
 
     table = read_squad(os.path.join(shared_data, "squad_sample", "dev-v1.1.du-split-dev-half.json.gz")).splits["dev"]
     tokenizer = PassageTokenizer()

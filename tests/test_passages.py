@@ -170,7 +170,8 @@ def wikihop_tokenised(shared_data, ray_local, tmp_path_factory):
 
 
 def test_wikihop_shards_manifest_and_streaming_read_back(wikihop_tokenised):
-    from pipelines.tokenize import Vocabulary, read_shards
+    from pipelines.shards import read_shards
+    from pipelines.vocabulary import Vocabulary
 
     out, manifest, cfg = wikihop_tokenised
     assert manifest["schema"] == "tokenised_passages" and manifest["max_context_tokens"] == 3_000
@@ -207,7 +208,7 @@ def test_wikihop_shards_manifest_and_streaming_read_back(wikihop_tokenised):
 def test_read_shards_refuses_changed_or_extra_shards(wikihop_tokenised, tmp_path):
     import shutil
 
-    from pipelines.tokenize import ShardError, read_shards
+    from pipelines.shards import ShardError, read_shards
 
     copy = str(tmp_path / "copy")
     shutil.copytree(wikihop_tokenised[0], copy)

@@ -111,7 +111,8 @@ def test_tokenised_wikiqa_manifest_has_the_published_sizes(wikiqa_dir, ray_local
     import json
 
     from pipelines.schemas import TOKENISED_PAIRS, read_table
-    from pipelines.tokenize import SpacyTokenizer, TokenizeConfig, Vocabulary, write
+    from pipelines.tokenize import SpacyTokenizer, TokenizeConfig, write
+    from pipelines.vocabulary import Vocabulary
 
     out = str(tmp_path / "wikiqa")
     manifest = write(TokenizeConfig(dataset="wikiqa", input=wikiqa_dir, output=out))

@@ -20,7 +20,7 @@ def test_cached_tokenizer_gives_what_spacy_gives_across_cache_resets():
 
 
 def test_vocabulary_ids_are_stable_with_caps_and_reserved_ids(tmp_path):
-    from pipelines.tokenize import RESERVED, Vocabulary, char_counts
+    from pipelines.vocabulary import RESERVED, Vocabulary, char_counts
 
     counts = {"b": 3, "a": 3, "c": 5, "rare": 1, "<unk>": 9}
     vocab = Vocabulary.from_counts(counts, min_count=2)

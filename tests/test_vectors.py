@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.tokenize import Vocabulary
+from pipelines.vocabulary import Vocabulary
 from pipelines.vectors import VectorsConfig, VectorsError, load_vectors, write
 
 WORDS = ["<pad>", "<unk>", "<sep>", "<cls>", "the", "beer", "stout", "hops", "Porter", "yeast"]

@@ -1,0 +1,103 @@
+"""A tokenised corpus on disk: Parquet shards under `{split}/`, each listed with its rows, bytes and sha256 in
+`manifest.json` beside `vocab.json`. Written by `pipelines.tokenize` (pairs) and `pipelines.passages` (passages),
+read back, checked against the manifest, by training and evaluation.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+
+import pyarrow as pa
+
+from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
+from pipelines.vocabulary import RESERVED, Vocabulary
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def rows_per_shard(ds, cfg) -> int:
+    """Rows per Parquet file for a `cfg.shard_mb` target, from the materialised dataset's bytes per row."""
+    if cfg.rows_per_shard:
+        return cfg.rows_per_shard
+    rows = ds.count()
+    per_row = max(1, (ds.size_bytes() or 1) // max(1, rows))
+    return max(1, (cfg.shard_mb << 20) // per_row)
+
+
+def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict]:
+    """Parquet shards under `staging/split/`, with their rows, bytes and sha256. Rows per shard come from the bytes
+    per row of `size_from` (a materialised dataset of about the same rows; by default `ds` itself)."""
+    import pyarrow.parquet as pq
+
+    directory = os.path.join(staging, split)
+    ds.write_parquet(directory, min_rows_per_file=rows_per_shard(size_from or ds, cfg), compression="zstd",
+                     row_group_size=ROW_GROUP_ROWS)
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet")) if os.path.isdir(directory) else []
+    return [{"path": f"{split}/{f}", "rows": pq.ParquetFile(os.path.join(directory, f)).metadata.num_rows,
+             "bytes": os.path.getsize(os.path.join(directory, f)), "sha256": sha256_file(os.path.join(directory, f))}
+            for f in files]
+
+
+def manifest_for(cfg, schema: str, vocab: Vocabulary, found: dict, staging: str) -> dict:
+    """The manifest, with the vocabulary's checksum: training refuses a checkpoint of another vocabulary."""
+    return {"dataset": cfg.dataset, "schema": schema, "tokenizer": "spacy.blank('en')", "lowercase": cfg.lowercase,
+            "vocab": "vocab.json", "vocab_size": len(vocab), "char_vocab_size": len(vocab.chars),
+            "vocab_sha256": sha256_file(os.path.join(staging, "vocab.json")), "vocab_from": cfg.vocab,
+            "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
+
+
+class ShardError(ValueError):
+    """A tokenised output folder whose shards differ from its manifest."""
+
+
+def read_shards(data: str, split: str, verify: str = "size"):
+    """A split of a tokenise_corpora output as a lazy Ray Dataset that streams (nothing is read until iterated).
+
+    The files are exactly the manifest's: a missing, extra or changed shard is an error naming it. `verify`
+    "size" compares rows (Parquet footer) and bytes, "sha256" also the checksum (reads every byte once), "none"
+    skips the checks."""
+    import ray.data
+
+    paths, schema = shard_paths(data, split, verify)
+    return ray.data.read_parquet(paths, schema=schema)
+
+
+def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str], pa.Schema]:
+    """The Parquet files of a split and their schema, checked against the manifest as `read_shards` says."""
+    import pyarrow.parquet as pq
+
+    from pipelines.schemas import SCHEMAS
+
+    with open(os.path.join(data, "manifest.json")) as f:
+        manifest = json.load(f)
+    if split not in manifest["splits"]:
+        raise ShardError(f"{data}/manifest.json has no split {split!r} (has {', '.join(manifest['splits'])})")
+    schema = SCHEMAS[manifest["schema"]]
+    listed = manifest["splits"][split]["files"]
+    paths = [os.path.join(data, entry["path"]) for entry in listed]
+    directory = os.path.join(data, split)
+    on_disk = {os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".parquet")} \
+        if os.path.isdir(directory) else set()
+    if verify != "none":
+        extra = sorted(on_disk - set(paths))
+        if extra:
+            raise ShardError(f"{extra[0]}: a shard the manifest does not list ({len(extra)} such files)")
+        for entry, path in zip(listed, paths):
+            if not os.path.exists(path):
+                raise ShardError(f"{path}: listed in {data}/manifest.json but missing")
+            if "bytes" in entry and os.path.getsize(path) != entry["bytes"]:
+                raise ShardError(f"{path}: {os.path.getsize(path):,} bytes, the manifest says {entry['bytes']:,}")
+            if "rows" in entry and pq.ParquetFile(path).metadata.num_rows != entry["rows"]:
+                raise ShardError(f"{path}: row count differs from the manifest")
+            if verify == "sha256" and sha256_file(path) != entry["sha256"]:
+                raise ShardError(f"{path}: sha256 differs from the manifest (changed after it was written)")
+    check_parquet_files(paths, schema)
+    return paths, schema
