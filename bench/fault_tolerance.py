@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    from jobs.ray_env import forget_recorded_cluster, local_ray_env
+    from runtime.ray_env import forget_recorded_cluster, local_ray_env
     from jobs.train_loop import TrainConfig, run
 
     for name, value in local_ray_env(1).items():  # nodes of one CPU

@@ -644,10 +644,10 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger,
     runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
     import ray
 
-    from jobs.ray_env import init_local_ray
+    from runtime.ray_env import init_local_ray
 
     needed_data = data_needed(rows, profile)
-    # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (jobs/ray_env.py).
+    # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (runtime/ray_env.py).
     init_local_ray(num_cpus=lanes + 1, include_dashboard=True, logging_level="WARNING")
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:

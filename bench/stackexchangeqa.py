@@ -54,7 +54,7 @@ if __package__ in (None, ""):
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 from bench.report import write_result  # noqa: E402
-from jobs.ray_env import WORKER_ENV, local_ray_env  # noqa: E402
+from runtime.ray_env import WORKER_ENV, local_ray_env  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
@@ -372,7 +372,7 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
     import ray
     from ray.data import DataContext
 
-    from jobs.ray_env import init_local_ray
+    from runtime.ray_env import init_local_ray
     from pipelines.stackexchangeqa import BuildConfig, write
 
     with PeakMemory() as memory:

@@ -90,7 +90,7 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
     from ray.data import ActorPoolStrategy, DataContext
 
     from bench.stackexchangeqa import PeakMemory
-    from jobs.ray_env import init_local_ray
+    from runtime.ray_env import init_local_ray
     from pipelines.shards import write_shards
     from pipelines.tokenize import SpacyTokenizer, ToIds, TokenizeConfig, count_tokens
     from pipelines.vocabulary import build_vocabulary

@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from jobs.ray_env import init_local_ray
+    from runtime.ray_env import init_local_ray
     from jobs.train_loop import TrainConfig, read_manifest
     from qa_models import MODELS
 

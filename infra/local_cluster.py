@@ -42,7 +42,7 @@ def _env() -> dict:
     env.pop("RAY_ADDRESS", None)
     # A submitted job's `python` is found on the head's PATH: make it this environment's, which has the project.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    # What jobs/ray_env.py gives a private local Ray: memory allocators that return memory, one spill worker.
+    # What runtime/ray_env.py gives a private local Ray: memory allocators that return memory, one spill worker.
     env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     env.setdefault("MALLOC_ARENA_MAX", "2")
     env.setdefault("RAY_max_io_workers", "1")
@@ -50,8 +50,8 @@ def _env() -> dict:
 
 
 def _worker_pool_env(cpus: int) -> dict[str, str]:
-    """A node's worker pool as jobs/ray_env.py sizes a private local Ray's (warm workers through a shuffle)."""
-    from jobs.ray_env import local_ray_env
+    """A node's worker pool as runtime/ray_env.py sizes a private local Ray's (warm workers through a shuffle)."""
+    from runtime.ray_env import local_ray_env
 
     return {k: v for k, v in local_ray_env(max(1, cpus)).items() if k not in os.environ}
 
@@ -176,7 +176,7 @@ def down(args) -> dict:
         if not pids:
             break
     # ray start records the head's address for later `ray.init()` calls to join; a stale one misleads them.
-    from jobs.ray_env import forget_recorded_cluster
+    from runtime.ray_env import forget_recorded_cluster
 
     with contextlib.suppress(OSError, ValueError, KeyError):
         with open(_state_file(args.temp_dir)) as f:

@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         print(json.dumps(shown, indent=2))
         return 0
     from crawl.dump import DumpError, check_readable
-    from jobs.ray_env import run_on_ray
+    from runtime.ray_env import run_on_ray
     from pipelines.stackexchangeqa import write
 
     try:

@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
-    from jobs.ray_env import run_on_ray
+    from runtime.ray_env import run_on_ray
     from pipelines.tokenize import write
 
     manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus, verbose=args.verbose)

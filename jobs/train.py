@@ -258,7 +258,7 @@ def main(argv=None) -> int:
                               recipe_text={"source": recipe.source, "ours": recipe.ours,
                                            "deviations": recipe.deviations}), indent=2))
         return 0
-    from jobs.ray_env import run_on_ray
+    from runtime.ray_env import run_on_ray
     from jobs.train_loop import run
 
     summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True, verbose=args.verbose)

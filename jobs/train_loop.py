@@ -970,7 +970,7 @@ def run(cfg: TrainConfig) -> dict:
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from jobs.ray_env import train_log_level
+    from runtime.ray_env import train_log_level
     from pipelines.shards import shard_paths
 
     manifest = read_manifest(cfg.data)

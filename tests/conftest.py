@@ -33,7 +33,7 @@ def ray_local():
     import ray
     from ray.data import DataContext
 
-    from jobs.ray_env import init_local_ray
+    from runtime.ray_env import init_local_ray
 
     init_local_ray(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     DataContext.get_current().enable_progress_bars = False

@@ -35,7 +35,7 @@ def test_empty_block_and_memory_release():
 
 
 def test_workers_use_the_allocators_that_return_memory(ray_local, monkeypatch):
-    from jobs.ray_env import WORKER_ENV, worker_env
+    from runtime.ray_env import WORKER_ENV, worker_env
 
     @ray_local.remote
     def backend():

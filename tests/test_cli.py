@@ -166,7 +166,7 @@ def test_a_job_run_directly_starts_its_own_ray_even_where_a_cluster_address_is_r
         os.makedirs(os.path.join(temp, "ray"))
         with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
             f.write("127.0.0.1:9")
-        code = ("import ray\nfrom jobs.ray_env import ray_session\n"
+        code = ("import ray\nfrom runtime.ray_env import ray_session\n"
                 "with ray_session(num_cpus=1):\n    print(int(ray.cluster_resources()['CPU']))\n")
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": temp}
         result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
@@ -187,7 +187,7 @@ def test_the_state_api_inside_ray_finds_its_own_instance_beside_another():
                              cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout.readline().strip() == "up"
-        code = ("import ray\nfrom jobs.ray_env import ray_session\n"
+        code = ("import ray\nfrom runtime.ray_env import ray_session\n"
                 "with ray_session(num_cpus=1, state_api=True):\n"
                 "    @ray.remote\n    def actors():\n        from ray.util.state import list_actors\n"
                 "        return len(list_actors())\n"

@@ -166,7 +166,7 @@ def test_rebuild_is_identical(built, beer_dump, tmp_path, overlap_file):
 
 
 def test_bad_dump_leaves_nothing_behind(tmp_path, ray_local):
-    from jobs.ray_env import unwrap
+    from runtime.ray_env import unwrap
     from pipelines.stackexchangeqa import BuildConfig, write
 
     bad = tmp_path / "site" / "Posts.xml"
