@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3; 1 with --quick)")
     p.add_argument("--lengths", action="append", default=[], metavar="FAMILY=L1,L2,...",
                    help="sequence lengths of one family (ggsa, ctrn, forget-mult, dynsan) in place of its defaults; "
-                        "repeatable (bench/results.py plots time and memory against these)")
+                        "repeatable (experiments/results.py plots time and memory against these)")
     p.add_argument("--families", default="ggsa,ctrn,forget-mult,dynsan", help="families to run, comma-separated")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)

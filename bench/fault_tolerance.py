@@ -123,7 +123,7 @@ class Injector(threading.Thread):
 
 
 def final_weights(summary: dict) -> dict:
-    from jobs.train_loop import read_state
+    from training.checkpoints import read_state
 
     return read_state(summary["checkpoint"])["model"]
 
@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     from ray.cluster_utils import Cluster
 
     from runtime.ray_env import forget_recorded_cluster, local_ray_env
-    from jobs.train_loop import TrainConfig, run
+    from training.config import TrainConfig
+    from training.trainer import run
 
     for name, value in local_ray_env(1).items():  # nodes of one CPU
         os.environ.setdefault(name, value)

@@ -7,7 +7,7 @@ For each answer-selection model, in one run on this machine, over the same token
 from ../shared/data, tokenised into a temporary folder first), the same batch size and the model's paper
 defaults at --dim:
 - plain: one process, no Ray Train: the batches the training loop's single worker gets (its rows through Ray Data
-  and the same seeded pools, `train_rows.epoch_batches`), its Batcher, then forward,
+  and the same seeded pools, `training.rows.epoch_batches`), its Batcher, then forward,
   loss, backward, clipping and an AdamW step; with 1 torch thread and with every core;
 - ray-N: jobs/train.py's loop under Ray Train with N workers of one CPU each (DDP over Gloo), fed by Ray Data;
   the local Ray gets N + 1 logical CPUs, so that Ray Data keeps one (on a 2-core machine, 2 workers share the
@@ -67,8 +67,10 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
     """Examples per second of a single-process loop: the Batcher, forward, loss, backward, AdamW step."""
     import torch
 
-    from jobs.train_loop import Batcher, build_model, data_fields
-    from jobs.train_rows import epoch_batches, row_groups, worker_rows
+    from training.config import data_fields
+    from training.data import Batcher
+    from training.models import build_model
+    from training.rows import epoch_batches, row_groups, worker_rows
     from pipelines.shards import shard_paths
 
     torch.set_num_threads(threads)
@@ -103,7 +105,7 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
 def ray_run(cfg, workers: int, storage: str) -> dict:
     from dataclasses import replace
 
-    from jobs.train_loop import run
+    from training.trainer import run
 
     started = time.time()
     summary = run(replace(cfg, num_workers=workers, cpus_per_worker=1, storage_path=storage,
@@ -118,8 +120,9 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
     length buckets and with --length-buckets N: what bucketing saves before any model runs."""
     import numpy as np
 
-    from jobs.train_loop import Batcher, TrainConfig, _lengths
-    from jobs.train_rows import epoch_batches, row_groups
+    from training.config import TrainConfig
+    from training.data import Batcher, row_lengths
+    from training.rows import epoch_batches, row_groups
     from pipelines.shards import shard_paths
 
     groups = row_groups(shard_paths(data, "train")[0])
@@ -136,7 +139,7 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
             real["joint"] += int(lengths.sum())
             padded["joint"] += int(lengths.max()) * len(lengths)
             for column in ("question_ids", "answer_ids"):
-                lengths = np.minimum(_lengths(batch[column]), 256)
+                lengths = np.minimum(row_lengths(batch[column]), 256)
                 real["separate"] += int(lengths.sum())
                 padded["separate"] += int(lengths.max()) * len(lengths)
         rows.append({"length_buckets": window,
@@ -148,7 +151,8 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
 def checkpoint_costs(dims: list[int], vocab_size: int, folder: str) -> list[dict]:
     import torch
 
-    from jobs.train_loop import TrainConfig, build_model
+    from training.config import TrainConfig
+    from training.models import build_model
 
     rows = []
     for dim in dims:
@@ -202,7 +206,8 @@ def main(argv=None) -> int:
     import torch
 
     from runtime.ray_env import init_local_ray
-    from jobs.train_loop import TrainConfig, read_manifest
+    from training.config import TrainConfig
+    from training.data import read_manifest
     from qa_models import MODELS
 
     models = [m for m in MODELS if MODELS[m].inputs != "passages"] if args.models == "all" else \

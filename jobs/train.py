@@ -27,7 +27,7 @@ from dataclasses import asdict
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jobs.train_loop import RECIPE_FIELDS, SELECT_METRICS, TrainConfig
+from training.config import RECIPE_FIELDS, SELECT_METRICS, TrainConfig
 from qa_models.recipes import NEGATIVES, OPTIMIZERS, RECIPE_NAMES, SCHEDULES
 
 
@@ -231,8 +231,10 @@ def print_dev_figures(summary: dict) -> None:
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
-        from jobs.train_loop import (check_data_fits_model, data_fields, embeddings_path, embeddings_shape,
-                                     model_config, pretrained_config, read_manifest)
+        from training.checkpoints import pretrained_config
+        from training.config import data_fields
+        from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
+        from training.models import model_config
 
         try:
             vectors = embeddings_path(cfg)
@@ -259,7 +261,7 @@ def main(argv=None) -> int:
                                            "deviations": recipe.deviations}), indent=2))
         return 0
     from runtime.ray_env import run_on_ray
-    from jobs.train_loop import run
+    from training.trainer import run
 
     summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True, verbose=args.verbose)
     if rc:

@@ -40,7 +40,7 @@ def score_split(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
     import pyarrow.parquet as pq
     import torch
 
-    from jobs.train_loop import read_manifest
+    from training.data import read_manifest
     from pipelines.shards import shard_paths
     from qa_models.encoders import SentenceEmbedder, resolve_encoder
     from qa_models.metrics import per_question_ranking, summarise_ranking
@@ -92,7 +92,8 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
-    from jobs.evaluate import print_summary, write_jsonl
+    from training.checkpoints import write_jsonl
+    from training.evaluation import print_summary
 
     cfg, args = parse_args(argv)
     if args.dry_run:

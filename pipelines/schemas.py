@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # Rows per Parquet row group of tokenised shards: where a resumed training worker can start reading
-# (jobs/train_rows.py), so what a resume reads again; large enough for zstd to compress well.
+# (training/rows.py), so what a resume reads again; large enough for zstd to compress well.
 ROW_GROUP_ROWS = 8192
 
 # One (question, candidate answer) pair; the output of jobs/build_stackexchangeqa.py.

@@ -213,7 +213,8 @@ def test_tokenising_a_build_with_a_shard_too_many_is_refused(built, tmp_path):
 
 @pytest.mark.parametrize("model", ["gsamn", "ctrn"])  # one sequence, and question and answer apart
 def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_path, ray_local):
-    from jobs.train_loop import TrainConfig, run
+    from training.config import TrainConfig
+    from training.trainer import run
 
     vectors = None
     if model == "ctrn":  # started from word vectors (jobs/word_vectors.py's layout), kept fixed as in the paper
@@ -285,7 +286,9 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
 
     # The same configuration uninterrupted (one CPU per worker either way, so the same torch threads): a resume
     # after the whole head went down ends with the very same weights.
-    from jobs.train_loop import TrainConfig, read_state, run
+    from training.checkpoints import read_state
+    from training.config import TrainConfig
+    from training.trainer import run
 
     reference = run(TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="reference",
                                 max_steps=40, checkpoint_every=10, dim=16))
@@ -299,7 +302,9 @@ def test_a_run_stops_after_patience_evaluations_without_a_new_best_and_stays_sto
     """--patience: with a learning rate of 0 every dev evaluation ties the first, which is no improvement, so a run
     evaluating every 2 steps with patience 2 stops at step 6 of 40, keeps its best checkpoint, and run again it
     resumes stopped rather than training on."""
-    from jobs.train_loop import TrainConfig, read_state, run
+    from training.checkpoints import read_state
+    from training.config import TrainConfig
+    from training.trainer import run
 
     cfg = TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="patience", max_steps=40,
                       eval_every=2, patience=2, lr=0.0, dim=16, batch_size=8, log_every=2)
@@ -379,7 +384,8 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     latest, TensorBoard files, the curve PNG; then jobs/evaluate.py scores the run's best checkpoint on dev to the
     MAP training saw."""
     from jobs.evaluate import EvaluateConfig, evaluate_checkpoint, main as evaluate_main
-    from jobs.train_loop import TrainConfig, batches_per_epoch_for, run
+    from training.config import TrainConfig, batches_per_epoch_for
+    from training.trainer import run
 
     data = tokenised[0]
     cfg = TrainConfig(model="gsamn", data=data, storage_path=str(tmp_path), name="acc", max_steps=24, dim=16,
@@ -427,7 +433,7 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
         assert test["predictions"] == str(run_dir / "test_predictions.jsonl")
     import ray.train
 
-    from jobs.train_loop import held_out_figures
+    from training.trainer import held_out_figures
 
     earlier = held_out_figures(cfg, ray.train.Result.from_path(str(run_dir)), dict(best, step=-1))
     assert earlier["metrics"] == scored["metrics"] and earlier["checkpoint"] == best["checkpoint"]
@@ -439,7 +445,7 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     assert len(lines) == len({r["qid"] for r in lines}) > 10
     assert evaluate_main(["--checkpoint", str(tmp_path), "--data", data]) == 2  # not a run: a clear error
     # a run folder named relative to the working directory (Ray Train reads run folders as URIs)
-    from jobs.train_loop import resolve_checkpoint
+    from training.checkpoints import resolve_checkpoint
 
     relative = os.path.relpath(run_dir)
     assert not os.path.isabs(relative)
@@ -450,7 +456,8 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
     """The GSAMN paper's transfer: pretrain on StackExchangeQA, tokenise WikiQA with that vocabulary, fine-tune
     from the run's best checkpoint. With a learning rate of 0 the fine-tuned weights stay exactly the pretrained
     ones, which proves they were loaded; WikiQA tokenised with its own vocabulary is refused."""
-    from jobs.train_loop import TrainConfig, run
+    from training.config import TrainConfig
+    from training.trainer import run
     from pipelines.tokenize import TokenizeConfig, write
 
     pretrain = run(TrainConfig(model="gsamn", data=tokenised[0], storage_path=str(tmp_path), name="pretrain",

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.train_loop import Batcher, TrainConfig, build_model
+from training.config import TrainConfig
+from training.data import Batcher
+from training.models import build_model
 from qa_models import MODELS
 from qa_models.metrics import per_question_ranking, ranking_metrics
 from qa_models.references import random_ranking

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.train_loop import RECIPE_FIELDS, TrainConfig, evaluations_since_best, model_config
+from training.config import RECIPE_FIELDS, TrainConfig
+from training.evaluation import evaluations_since_best
+from training.models import model_config
 from qa_models import MODELS
 from qa_models.recipes import UNIFORM, TrainingRecipe, recipe_of
 from training.optim import WeightAverage, build_optimizer, evaluation_weights, l2_penalty, lr_factor

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.train_loop import Batcher, TrainConfig, autocast_dtype, total_steps_for
-from jobs.train_rows import cut_pool, row_pieces, worker_rows
+from training.config import TrainConfig, autocast_dtype, total_steps_for
+from training.data import Batcher
+from training.rows import cut_pool, row_pieces, worker_rows
 
 
 def _batches(rows: int, batch_size: int, seed: int = 0):
@@ -72,7 +73,7 @@ def test_evaluation_batches_sort_by_length_and_scores_come_back_in_file_order(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.train_loop import EVAL_POOL_BATCHES, ROW, eval_batches, in_file_order, parquet_batches
+    from training.data import EVAL_POOL_BATCHES, ROW, eval_batches, in_file_order, parquet_batches
 
     rows = list(_batches(700, 700))[0]
     paths = []

@@ -1,12 +1,13 @@
-"""Each training worker's rows streamed through Ray Data from an exact position (jobs/train_rows.py): every row of
+"""Each training worker's rows streamed through Ray Data from an exact position (training/rows.py): every row of
 a worker's share once per epoch, the same batches on every run, and a resume that reads on from its pool."""
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.train_loop import Batcher, TrainConfig
-from jobs.train_rows import (ROWS_PER_READ_TASK, cut_pool, drop_rows, epoch_batches, epoch_pieces, row_groups,
+from training.config import TrainConfig
+from training.data import Batcher
+from training.rows import (ROWS_PER_READ_TASK, cut_pool, drop_rows, epoch_batches, epoch_pieces, row_groups,
                               row_pieces, worker_rows)
 
 

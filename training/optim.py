@@ -1,7 +1,7 @@
 """A recipe's optimisation, applied: the optimiser, the learning-rate schedule, the coupled L2 term and the
 exponential moving average of the weights (qa_models/recipes.py states them, per paper).
 
-Plain PyTorch; the per-worker loop (jobs/train_loop.py) calls these with its resolved TrainConfig, whose fields
+Plain PyTorch; the per-worker loop (training/loop.py) calls these with its resolved TrainConfig, whose fields
 carry the recipe's names (optimizer, lr, momentum, rho, betas, eps, weight_decay, l2, schedule, warmup,
 warmup_steps, ema_decay).
 """

@@ -1,0 +1,108 @@
+"""Reproduce the papers where the data is here, and write the report: docs/results.md with its plots.
+
+    python experiments/results.py [--profile full|hour] [--out out/results] [--ledger docs/results/ledger.json]
+        [--report docs/results.md] [--seeds 0,1,2] [--lanes 2] [--only PATTERN] [--skip-efficiency]
+        [--report-only] [--dry-run]
+
+Every figure in the report comes from a command this script ran and records beside it: the data preparation
+(jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
+(`ROWS`) and each seed `python jobs/train.py ... --test-split test` (the job scores its best checkpoint on the
+row's test split, as `jobs/evaluate.py` would, without a second process loading torch), or `python
+jobs/zero_shot.py ...` for the zero-shot bi-encoder, and `python bench/encoders.py` for the efficiency plots.
+The commands run as they are written, as subprocesses, joined to one local Ray instance that this script starts
+(RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
+start-up.
+
+Two profiles: `full` trains every answer-selection row with its paper's recipe until dev MAP stops improving (at
+most 5 epochs of all the training pairs), three seeds for the WikiQA headline rows; `hour` is the plan sized to
+regenerate in under an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps that
+still learn. Each run's record (commands, the recipe they resolve to, seed, resolved configuration, dev and test
+figures, the sha256 of the checkpoint it scored, seconds, commit) goes into the ledger as it finishes. The ledger
+is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
+machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
+again, and nothing else does; --report-only rewrites the report from the ledger. The papers' figures are quoted
+in `ROWS` with their table; missing data sets are listed in `MISSING`.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+
+if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.plan import FULL_EPOCHS, REPO, SEEDS, SHARED_DATA, Run, commands, data_steps, shown  # noqa: E402
+from experiments.report import report_rows, write_report  # noqa: E402
+from experiments.runner import (EFFICIENCY, Ledger, device_name, git_commit, plan_of, run_all,  # noqa: E402
+                                run_efficiency, selected_rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="full", choices=["full", "hour"],
+                   help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
+                        f"improving (at most {FULL_EPOCHS} epochs); hour: the plan that regenerates in under an hour")
+    p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, checkpoints and logs")
+    p.add_argument("--ledger", default=os.path.join(REPO, "docs", "results", "ledger.json"),
+                   help="the run ledger the report is written from (committed beside it)")
+    p.add_argument("--report", default=os.path.join(REPO, "docs", "results.md"), help="the report to write")
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="seeds of every multi-seed row")
+    p.add_argument("--lanes", type=int, default=2, help="runs at a time, one CPU each (more lanes than cores only "
+                                                       "slows every run down)")
+    p.add_argument("--all", action="store_true", help="also the rows left out of the hour's plan (see MISSING)")
+    p.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                   help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are "
+                        "added")
+    p.add_argument("--use-gpu", action="store_true", help="train on this machine's GPU, the lanes sharing it (each "
+                                                          "run's record names its device; the plan is unchanged)")
+    p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the plan, each marked with "
+                                                          "whether the ledger already holds it, and exit")
+    args = p.parse_args(argv)
+    out = os.path.abspath(args.out)
+    if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
+        out = os.path.relpath(out, REPO)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    rows = selected_rows(args.only, args.all, args.profile)
+    os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
+    ledger = Ledger(args.ledger)
+    if args.dry_run:
+        for step in data_steps(out):
+            print(shown(step.argv))
+        for row in rows:
+            for seed in row.seeds_of(args.profile, seeds):
+                run = Run(row, seed, args.profile)
+                recorded = ledger.records.get(run.name, {}).get("plan") == plan_of(run, out)
+                for argv in commands(row, seed, out, args.profile):
+                    print(("# recorded: " if recorded else "") + shown(argv))
+        print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))
+        return 0
+    os.makedirs(out, exist_ok=True)
+    if not args.report_only:
+        for folder in ("wikiqa", "trecqa", "squad_sample", "stackexchange_dump_beer"):
+            if not os.path.isdir(os.path.join(SHARED_DATA, folder)):
+                raise SystemExit(f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data "
+                                 "(or QA_SHARED_DATA)")
+        started = time.time()
+        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu)
+        if not args.skip_efficiency:
+            run_efficiency(out, ledger)
+        if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's
+            ledger.add(f"meta:{args.profile}", {
+                "profile": args.profile, "commit": git_commit(), "wall_s": round(time.time() - started, 1),
+                "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
+                "finished": datetime.date.today().isoformat(),
+                "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+                           + (device_name(1).removeprefix("cuda: ") if args.use_gpu else "no GPU")})
+    write_report(report_rows(ledger), ledger, out, args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

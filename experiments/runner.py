@@ -1,0 +1,330 @@
+"""Running the plan: the ledger (one record per finished run, written whole under a lock), the runs due (a
+missing record or a changed plan), the data steps, and the lanes that run them on one local Ray instance."""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import datetime
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from experiments.plan import DataStep, REPO, ROWS, Row, Run, say, commands, data_steps, link_squad, shown, source_run
+
+
+class Ledger:
+    """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
+    file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
+    long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
+    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed."""
+
+    def __init__(self, path: str):
+        self.path, self.lock = path, threading.Lock()
+        self.records = self._read()
+
+    def _read(self) -> dict:
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path) as f:
+            return json.load(f)
+
+    def add(self, key: str, record: dict) -> None:
+        self._change(lambda records: records.__setitem__(key, record))
+
+    def remove(self, key: str) -> None:
+        self._change(lambda records: records.pop(key, None))
+
+    def _change(self, change) -> None:
+        import fcntl
+
+        with self.lock, open(f"{self.path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            records = self._read()
+            change(records)
+            staged = f"{self.path}.partial-{os.getpid()}"
+            with open(staged, "w") as f:
+                json.dump(dict(sorted(records.items())), f, indent=1)
+                f.write("\n")
+            os.replace(staged, self.path)
+            self.records = records
+
+
+def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
+    """Run `python ARGV` from the repository root; return the JSON summary each job prints last on stdout."""
+    started = time.time()
+    process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
+                             text=True)
+    if process.returncode:
+        raise RuntimeError(f"{shown(argv)} failed with exit code {process.returncode} after "
+                           f"{time.time() - started:.0f} s; see {log.name}")
+    if not summary:
+        return None
+    # the job's summary is its last JSON line; Ray may forward its workers' log lines to stdout after it
+    for line in reversed(process.stdout.splitlines()):
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                return json.loads(line)
+    raise RuntimeError(f"{shown(argv)} printed no JSON summary on stdout; see {log.name}")
+
+
+def plan_of(run: Run, out: str) -> dict:
+    """What decides a run's figures, compared with its ledger record to tell whether it must run again: its
+    commands, the recipe they resolve to (a recipe changed in the code changes the plan though the commands do
+    not), and the row's revision."""
+    argvs = commands(run.row, run.seed, out, run.profile)
+    plan = {"commands": [shown(a) for a in argvs], "revision": run.row.revision}
+    if argvs[0][0] == "jobs/train.py":
+        from jobs import train
+        from training.config import RECIPE_FIELDS
+
+        cfg, _ = train.parse_args(argvs[0][1:])
+        plan["recipe"] = {name: getattr(cfg, name) for name in ("recipe",) + RECIPE_FIELDS + ("recipe_options",)}
+    return json.loads(json.dumps(plan))  # as the ledger stores it (tuples become lists)
+
+
+def dev_history(checkpoint: str) -> list:
+    """[step, dev figures] of every evaluation of a run, from its latest checkpoint: the learning curve."""
+    from training.checkpoints import read_state
+
+    return [[step, {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}]
+            for step, figures in read_state(checkpoint).get("dev_history", [])]
+
+
+def on_device(argv: list[str], gpus_per_run: float | None) -> list[str]:
+    """A training command as it runs: on a GPU share where the report runs on one. Where a run trains is not part
+    of its plan (the commands the ledger compares): a run on a GPU stands for the same row as one on the CPU, and
+    its record says which device it had."""
+    if gpus_per_run and argv[0] == "jobs/train.py":
+        return [*argv, "--use-gpu", "--gpus-per-worker", f"{gpus_per_run:g}"]
+    return argv
+
+
+def device_name(gpus_per_run: float | None) -> str:
+    if not gpus_per_run:
+        return "cpu"
+    import torch
+
+    return f"cuda: {torch.cuda.get_device_name(0)}"
+
+
+def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float | None = None) -> dict:
+    from pipelines.shards import sha256_file
+
+    row, seed, key = run.row, run.seed, run.name
+    argvs = commands(row, seed, out, run.profile)
+    planned = plan_of(run, out)
+    # A run folder left by an interrupted run resumes only under the same plan; another plan starts afresh.
+    plan = os.path.join(out, "runs", key + ".plan.json")
+    if os.path.exists(plan):
+        with open(plan) as f:
+            if json.load(f) != planned:
+                shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    with open(plan, "w") as f:
+        json.dump(planned, f)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    started = time.time()
+    with open(os.path.join(out, "logs", key + ".log"), "w") as log:
+        summaries = [_run(on_device(argv, gpus_per_run), env, log) for argv in argvs]
+    seconds = time.time() - started
+    record = {"row": row.id, "seed": seed, "profile": run.profile, "commands": planned["commands"], "plan": planned,
+              "seconds": round(seconds, 1), "commit": git_commit(), "finished": datetime.date.today().isoformat(),
+              "device": device_name(gpus_per_run)}
+    if row.model is None:
+        record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
+    else:
+        train = summaries[0]
+        if train.get("test"):  # the best checkpoint's figures on the row's split, scored by the training job
+            checkpoint, figures = train["test"]["checkpoint"], train["test"]["metrics"]
+        else:  # dev rows: the best checkpoint's recorded dev figures (one evaluation, at the last step)
+            checkpoint, figures = (train.get("best") or {}).get("checkpoint") or train["checkpoint"], train["metrics"]
+        with open(os.path.join(checkpoint, "config.json")) as f:
+            config = json.load(f)
+        earlier = train.get("resumed_trained_seconds") or 0.0
+        if earlier:  # resumed: the invocations before this one trained that long, up to the checkpoint it resumed
+            record.update(seconds=round(seconds + earlier, 1), seconds_this_invocation=round(seconds, 1),
+                          resumed_from_step=train.get("resumed_from_step"))
+        record.update(split=row.split, test=figures, dev=(train.get("best") or {}),
+                      steps=train.get("steps"), stopped_early=train.get("stopped_early", False),
+                      examples_per_s=train.get("examples_per_s"),
+                      checkpoint=os.path.relpath(checkpoint, out),
+                      checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
+                      config=config["train"], model_config=config["model_config"],
+                      dev_history=dev_history(train["checkpoint"]))
+    ledger.add(key, record)
+    metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
+    say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
+    return record
+
+
+def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int) -> float:
+    """The data steps that `only` names, not yet done; each data set's steps in order (its vectors need its
+    shards), the data sets `lanes` at a time."""
+    link_squad(out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    chains: dict[str, list[DataStep]] = {}
+    for step in data_steps(out):
+        if step.key in only and not os.path.exists(step.done):
+            chains.setdefault(step.key.split("-")[0], []).append(step)
+
+    def run_chain(steps: list[DataStep]) -> None:
+        for step in steps:
+            say(f"data {step.key}: {shown(step.argv)}")
+            started = time.time()
+            with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
+                _run(step.argv, env, log, summary=False)
+            ledger.add(f"data:{step.key}", {"command": shown(step.argv), "seconds": round(time.time() - started, 1)})
+
+    started = time.time()
+    with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
+        for future in [pool.submit(run_chain, steps) for steps in chains.values()]:
+            future.result()
+    return time.time() - started if chains else 0.0
+
+
+def selected_rows(patterns: list[str], everything: bool = False, profile: str = "hour") -> list[Row]:
+    """The profile's plan: the hour's rows without `extra`, or the rows with full-profile options without
+    `full_extra`; with `patterns`,
+    the rows they match (in the hour, extra ones included); with `everything`, every row of the profile. Rows
+    they fine-tune from come along."""
+    if profile == "full":
+        candidates = [r for r in ROWS if r.full is not None]
+        plan = [r for r in candidates if everything or not r.full_extra]
+    else:
+        candidates = [r for r in ROWS if r.in_hour]
+        plan = [r for r in candidates if everything or not r.extra]
+    if not patterns:
+        chosen = plan
+    else:
+        chosen = [r for r in candidates if any(fnmatch.fnmatch(r.id, p) for p in patterns)]
+    needed = {r.init_from for r in chosen if r.init_from}
+    return [r for r in candidates if r in chosen or r.id in needed]
+
+
+def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Ledger) -> list[Run]:
+    """The runs of `rows` whose ledger record is missing or was made under another plan (a changed command, recipe
+    or revision), and the runs they fine-tune from whose checkpoint is not on this machine (the ledger travels
+    with the repository, checkpoints do not). Sources first, then every row's first seed before any second one,
+    the zero-shot row and the slowest (MiniLM) rows first within a seed."""
+    runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
+    for run in runs:
+        recorded = ledger.records.get(run.name)
+        if recorded and recorded.get("plan") == plan_of(run, out):
+            continue
+        if recorded:  # the plan changed since: its record goes (run_one starts the run afresh)
+            ledger.remove(run.name)
+        todo.append(run)  # a run cut off before its record resumes from its last checkpoint
+    for run in list(todo):
+        source = source_run(run.row, profile)
+        if source and source not in todo and not os.path.isdir(os.path.join(out, "runs", source.name)):
+            say(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
+            ledger.remove(source.name)
+            todo.append(source)
+    is_source = {source_run(r.row, profile) for r in todo}
+    order = {r.id: i for i, r in enumerate(ROWS)}
+    todo.sort(key=lambda r: (r not in is_source, r.seed if len(r.row.seeds_of(profile, seeds)) > 1 else 0,
+                             r.row.model is not None, "minilm" not in r.row.options_of(profile), order[r.row.id]))
+    return todo
+
+
+def data_needed(rows: list[Row], profile: str) -> set[str]:
+    """The data steps (keys of `data_steps`) that `rows` read: each row's data set, the steps it names, and word
+    vectors only for the rows that read them (an encoder's rows and the zero-shot rows never do, so a machine
+    without fastText can run them)."""
+    word_rows = [r for r in rows if r.model is not None and "--encoder-path" not in r.options_of(profile)]
+    needed = {r.data for r in rows} | {f"{r.data}-vectors" for r in word_rows} | {s for r in rows for s in r.needs}
+    return needed | ({"seqa-build"} if "seqa" in needed else set())
+
+
+def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour",
+            use_gpu: bool = False) -> float:
+    """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
+    runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
+    import ray
+
+    from runtime.ray_env import init_local_ray
+
+    needed_data = data_needed(rows, profile)
+    # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (runtime/ray_env.py).
+    init_local_ray(num_cpus=lanes + 1, include_dashboard=True, logging_level="WARNING")
+    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
+    try:
+        data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
+        todo = todo_runs(rows, seeds, out, profile, ledger)
+        gpus_per_run = round(1 / lanes, 3) if use_gpu else None
+        failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger)
+        if failed:
+            raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
+                             f"recorded in {ledger.path}, and running again resumes")
+        return data_seconds
+    finally:
+        ray.shutdown()
+
+
+def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
+    """Run every Run of `todo`, `lanes` at a time in order, each once the run it fine-tunes from is recorded; a
+    failed run is logged and its dependants skipped. Returns the names of the runs that failed or were skipped."""
+    pending, running, failed = list(todo), {}, []
+    total, started = len(todo), time.time()
+    say(f"{total} runs to do, {lanes} at a time")
+    with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
+        while pending or running:
+            for item in list(pending):
+                source = source_run(item.row, item.profile)
+                source = source.name if source else None
+                if source in failed:
+                    pending.remove(item)
+                    failed.append(item.name)
+                    say(f"{item.name}: skipped, its pretraining run {source} failed")
+                elif len(running) < lanes and (source is None or source in ledger.records):
+                    pending.remove(item)
+                    running[pool.submit(run, item)] = item
+            if not running:  # only runs waiting for a source that is neither running nor recorded
+                failed += [item.name for item in pending]
+                break
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                item = running.pop(future)
+                try:
+                    future.result()
+                except Exception as error:  # one run's failure costs that run, not the report
+                    failed.append(item.name)
+                    say(f"{item.name}: FAILED: {error}")
+            finished = total - len(pending) - len(running)
+            rate = (time.time() - started) / max(finished, 1)
+            say(f"{finished}/{total} runs, {time.time() - started:.0f} s, ETA {rate * (total - finished):.0f} s")
+    return failed
+
+
+EFFICIENCY = ["bench/encoders.py", "--families", "ggsa,ctrn,dynsan", "--repeats", "2",
+              "--lengths", "ggsa=250,1000,4000", "--lengths", "ctrn=50,200,400",
+              "--lengths", "dynsan=1024,2048,4096"]
+
+
+def run_efficiency(out: str, ledger: Ledger) -> None:
+    path = os.path.join(out, "encoders.json")
+    if "cases" in ledger.records.get("efficiency", {}):  # the ledger keeps the figures, on any machine
+        return
+    argv = EFFICIENCY + ["--json", path]
+    say(f"efficiency: {shown(argv)}")
+    started = time.time()
+    with open(os.path.join(out, "logs", "efficiency.log"), "w") as log:
+        _run(argv, dict(os.environ), log, summary=False)
+    with open(path) as f:
+        cases = json.load(f)["cases"]
+    ledger.add("efficiency", {"command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
+                              "seconds": round(time.time() - started, 1), "commit": git_commit(), "cases": cases})
+
+
+def git_commit() -> str:
+    try:
+        # "-dirty" when the tracked files differ from the commit: the figures then came from code no commit holds
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

@@ -1,0 +1,170 @@
+"""A training run's configuration: `TrainConfig` (what jobs/train.py parses into), filled from the model's paper
+recipe (qa_models/recipes.py) where a flag is not given, and what follows from it and the data (the task and
+its dev metric, steps per epoch, the autocast dtype)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+# The dev metrics of each kind of data set, the first the default for --select-metric.
+TASK_METRICS = {"ranking": ("map", "mrr", "p@1"), "extractive": ("f1", "em"), "multiple_choice": ("accuracy",)}
+
+
+SELECT_METRICS = ("auto",) + tuple(m for metrics in TASK_METRICS.values() for m in metrics)
+
+
+MULTIPLE_CHOICE_SETS = ("wikihop",)  # reading-comprehension sets that pick among candidates
+
+
+# The TrainConfig fields a recipe (qa_models/recipes.py) decides when they are not given (None).
+RECIPE_FIELDS = ("optimizer", "lr", "betas", "momentum", "rho", "eps", "weight_decay", "l2", "schedule", "warmup",
+                 "warmup_steps", "batch_size", "grad_clip", "ema_decay", "epochs", "patience", "negatives")
+
+
+@dataclass
+class TrainConfig:
+    model: str
+    data: str
+    storage_path: str = "runs"
+    name: str = "run"
+    max_steps: int | None = None  # total optimiser steps; None: `epochs` passes over train
+    # How to train: `recipe` (the model's paper's, or "uniform"), then any of the fields below given instead of None.
+    # After construction each holds its resolved value (qa_models/recipes.py documents them).
+    recipe: str = "paper"
+    epochs: int | None = None
+    batch_size: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None  # None: the recipe's (its encoder_lr when a pretrained encoder is fine-tuned)
+    head_lr: float | None = None  # the rate outside a pretrained transformer (None: `lr` for all, as the papers)
+    betas: tuple | None = None
+    momentum: float | None = None
+    rho: float | None = None
+    eps: float | None = None
+    weight_decay: float | None = None
+    l2: float | None = None
+    schedule: str | None = None
+    warmup: float | None = None
+    warmup_steps: int | None = None
+    grad_clip: float | None = None
+    ema_decay: float | None = None
+    patience: int | None = None  # dev evaluations without a new best before the run stops; 0: never early
+    negatives: str | None = None
+    recipe_options: dict | None = None  # the recipe's model options (below the flags and --model-option)
+    checkpoint_every: int | None = None  # steps; epoch ends always checkpoint
+    keep_checkpoints: int = 2
+    num_workers: int = 1
+    cpus_per_worker: float | None = None  # None: sized from the cluster so Ray Data keeps a CPU
+    use_gpu: bool = False
+    gpus_per_worker: float = 1.0
+    max_failures: int = 0
+    seed: int = 0
+    # None: the model's own default (its config class, the paper's value)
+    max_len: int | None = None
+    dim: int | None = None
+    hops: int | None = None
+    dropout: float | None = None
+    encoder_path: str | None = None
+    eval_policy: str = "clean"
+    log_every: int = 20
+    embeddings: str = "auto"  # word vectors: "auto" (DATA/embeddings.npy if there), "none", or a .npy path
+    init_from: str | None = None  # a checkpoint (or a run's best) whose weights a new run starts from: fine-tuning
+    grad_accumulation: int = 1  # micro-batches per optimiser step
+    length_buckets: int = 0  # sort pools of this many batches (at least 8) by length, re-cut and shuffle (0: off)
+    precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp32), "fp32", "bf16", "fp16" (GPU)
+    eval_every: int | None = None  # steps between dev evaluations; epoch ends and the last step always evaluate
+    select_metric: str = "auto"  # the dev metric that picks the best checkpoint; auto: MAP, F1 or accuracy
+    test_split: str | None = None  # scored once at the end, with the best checkpoint's weights (a held-out split)
+    model_overrides: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._resolve_recipe()
+        if self.grad_accumulation < 1:
+            raise ValueError(f"--grad-accumulation must be at least 1, got {self.grad_accumulation}")
+        if self.length_buckets < 0:
+            raise ValueError(f"--length-buckets must be 0 (off) or more, got {self.length_buckets}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision == "fp16" and not self.use_gpu:
+            raise ValueError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
+        if self.select_metric not in SELECT_METRICS:
+            raise ValueError(f"--select-metric must be one of {SELECT_METRICS}, got {self.select_metric!r}")
+        if self.patience < 0:
+            raise ValueError(f"--patience must be 0 (never stop early) or more, got {self.patience}")
+
+    def _resolve_recipe(self) -> None:
+        """Fill every recipe field not given from the model's recipe, checked as the recipe checks its own."""
+        from qa_models import MODELS
+        from qa_models.recipes import recipe_of
+
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; registered: {sorted(MODELS)}")
+        base = recipe_of(MODELS[self.model], self.recipe)
+        given = {name: getattr(self, name) for name in RECIPE_FIELDS}
+        if given["lr"] is None and self.encoder_path and base.encoder_lr is not None:
+            given["lr"] = base.encoder_lr
+        resolved = base.with_overrides(**given)  # raises on an unknown optimizer, schedule or negatives
+        for name in RECIPE_FIELDS:
+            setattr(self, name, getattr(resolved, name))
+        self.betas = tuple(self.betas)
+        if self.recipe_options is None:
+            self.recipe_options = dict(resolved.model_options)
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> "TrainConfig":
+        """A TrainConfig recorded in a checkpoint; one written before recipes trained as `uniform` does."""
+        saved = dict(saved)
+        saved.setdefault("recipe", "uniform")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
+
+    def resolved_lr(self) -> float:
+        return self.lr
+
+
+def data_task(manifest: dict) -> str:
+    """"ranking" (answer-selection pairs), "extractive" or "multiple_choice" (reading comprehension)."""
+    if manifest.get("schema", "tokenised_pairs") == "tokenised_pairs":
+        return "ranking"
+    return manifest.get("task") or ("multiple_choice" if manifest.get("dataset") in MULTIPLE_CHOICE_SETS
+                                    else "extractive")
+
+
+def select_metric(cfg: TrainConfig, task: str) -> str:
+    if cfg.select_metric == "auto":
+        return TASK_METRICS[task][0]
+    if cfg.select_metric not in TASK_METRICS[task]:
+        raise ValueError(f"--select-metric {cfg.select_metric} is not a {task} metric; one of {TASK_METRICS[task]}")
+    return cfg.select_metric
+
+
+def data_fields(manifest: dict) -> dict:
+    """Model config values that the data decides (reading comprehension: character vocabulary and task)."""
+    if data_task(manifest) == "ranking":
+        return {}
+    return {"char_vocab_size": manifest.get("char_vocab_size"), "task": data_task(manifest)}
+
+
+def batches_per_epoch_for(cfg: TrainConfig, train_rows: int) -> int:
+    """Micro-batches in each worker's equal share of train (`training.rows.worker_rows`)."""
+    return max(1, math.ceil(train_rows // cfg.num_workers / cfg.batch_size))
+
+
+def total_steps_for(cfg: TrainConfig, train_rows: int) -> int:
+    """--max-steps, or --epochs passes of this worker's equal share of train (what the LR schedule spans); an
+    epoch's last step may take fewer than --grad-accumulation micro-batches."""
+    steps_per_epoch = math.ceil(batches_per_epoch_for(cfg, train_rows) / cfg.grad_accumulation)
+    return cfg.max_steps or steps_per_epoch * cfg.epochs
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of --precision on `device` (None: full fp32)."""
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]

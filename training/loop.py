@@ -1,0 +1,361 @@
+"""The per-worker training loop that Ray Train runs on every worker (training/trainer.py starts it).
+
+Models stay plain PyTorch (`qa_models`); this module feeds them Parquet shards through Ray Data and trains
+them with their paper's recipe (qa_models/recipes.py, applied by training/optim.py: optimiser, learning-rate
+schedule, coupled L2, a moving average of the weights), with gradient accumulation and autocast (bf16, or fp16
+with a gradient scaler), reports dev MAP/MRR/P@1 (with the averaged weights where the recipe keeps them), stops
+after --patience evaluations without a new best, and checkpoints model, optimiser, scheduler, scaler, weight
+average, step, data position and the dev history. Each worker streams its own rows
+of train from an exact position (training/rows.py), in batches fixed by the data and the seed, and every random
+draw is seeded by position (`seed_micro_batch`), so a run restarted from a checkpoint, after a lost worker or
+node, reads on from where it was, without re-reading what it had consumed, and ends with the weights of an
+uninterrupted one. Ray Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by
+running again with the same storage path and name (Ray Train V2 finds the latest checkpoint). Scalars go to
+TensorBoard event files and the curves to a PNG in the run folder.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import tempfile
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from training.checkpoints import NO_SCORE, SCORE, STATE_FILE, load_pretrained, predictions_name, write_jsonl
+from training.config import TrainConfig, autocast_dtype
+from training.data import Batcher, to_device
+from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
+from training.models import build_model
+from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
+from training.progress import Scalars, log, worker_log_level
+from training.rows import epoch_batches, worker_rows
+
+
+def _all_reduce_gradients(model) -> None:
+    """Average gradients over the workers by hand, for backward passes run under DDP's `no_sync`."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad)
+            parameter.grad.div_(dist.get_world_size())
+
+
+def seed_micro_batch(seed: int, rank: int, epoch: int, index: int) -> None:
+    """Seed torch, numpy and random from (seed, rank, epoch, micro-batch): dropout masks and any other draw are
+    a function of where the run is, not of the draws before, so a run restarted from a checkpoint (on another
+    node, with other ranks) makes exactly the draws the uninterrupted run made and no RNG state need be saved."""
+    state = np.random.SeedSequence([seed, rank, epoch, index]).generate_state(2)
+    torch.manual_seed(int(state[0]))
+    np.random.seed(int(state[1]))
+    random.seed(int(state[1]))
+
+
+def _agree(flag: bool, device) -> bool:
+    """Rank 0's `flag` on every worker (a decision only rank 0 can take, such as stopping on its dev figures)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.broadcast(value, src=0)
+    return bool(value.item())
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """What Ray Train runs on every worker: `config` is the driver's (training/trainer.py)."""
+    WorkerRun(config).train()
+
+
+class WorkerRun:
+    """One worker's part of a training run: built, or restored from the run's latest checkpoint, then trained
+    epoch by epoch, a step at a time; rank 0 evaluates on dev, logs, and writes the checkpoints."""
+
+    def __init__(self, config: dict):
+        import ray.train
+        import ray.train.torch
+
+        worker_log_level(config.get("log_level", "INFO"))
+        self.config = config
+        self.cfg = cfg = TrainConfig(**config["train"])
+        self.total_steps, self.vocab_size = config["total_steps"], config["vocab_size"]
+        self.batches_per_epoch = config["batches_per_epoch"]  # this worker's, of an equal split
+        self.metric = config["select_metric"]
+        context = ray.train.get_context()
+        self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        random.seed(cfg.seed)
+
+        vectors = np.load(config["embeddings"]) if config["embeddings"] else None
+        model = build_model(cfg, self.vocab_size, vectors, config["from_data"], config["pretrained_config"])
+        del vectors
+        self.optimizer = build_optimizer(cfg, model, cfg.lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_factor(cfg.schedule, self.total_steps, cfg.warmup, cfg.warmup_steps))
+        self.device = ray.train.torch.get_device()
+        self.dtype = autocast_dtype(cfg.precision, self.device)
+        # A gradient scaler only matters for fp16 (bf16 has fp32's range); disabled, it is a pass-through.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.step, self.epoch, self.batch_in_epoch, self.resumed_from = 0, 0, 0, 0
+        self.curve, self.dev_history, self.stopped_early = [], [], False
+        self.trained_before = 0.0  # seconds trained before the latest resume, up to the checkpoint it resumed from
+        averaged_state = self.restore(model, ray.train.get_checkpoint())
+
+        self.segment_started = time.time()
+        self.model = ray.train.torch.prepare_model(model)
+        self.core = self.model.module if hasattr(self.model, "module") else self.model
+        self.average = WeightAverage(self.core, cfg.ema_decay) if cfg.ema_decay else None
+        if self.average is not None and averaged_state is not None:
+            self.average.load_state_dict(averaged_state)
+        self.batcher = Batcher(cfg, self.core.inputs, getattr(self.core, "objective", None),
+                               getattr(self.core.config, "max_len", None), config["max_context"])
+        self.first_row, self.end_row = worker_rows(config["train_rows"], self.world_size, self.rank)
+        self.scalars = Scalars(cfg, self.resumed_from) if self.rank == 0 else None
+        self.last_loss = 0.0
+        self.window, self.window_loss = 0, 0.0  # steps and summed loss since the last progress line
+        self.evaluated_at, self.last_dev = None, {}
+        self.started, self.first_step, self.warm = time.time(), self.step, None
+
+    @property
+    def examples_per_step(self) -> int:
+        return self.cfg.batch_size * self.cfg.grad_accumulation * self.cfg.num_workers
+
+    def restore(self, model, checkpoint) -> dict | None:
+        """Where the run is: a resumed run's state from its latest checkpoint (returning its weight average), or
+        a fresh run's starting weights (--init-from) and the word statistics some models read."""
+        if checkpoint:
+            with checkpoint.as_directory() as directory:
+                state = torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=False)
+            model.load_state_dict(state["model"])
+            self.stopped_early = state.get("stopped_early", False)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            if state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.step, self.epoch = state["step"], state["epoch"]
+            self.batch_in_epoch, self.curve = state["batch_in_epoch"], state["curve"]
+            self.dev_history = state.get("dev_history", [])
+            self.trained_before = state.get("trained_seconds", 0.0)
+            self.resumed_from = self.step
+            if self.rank == 0:
+                log(f"[train] resumed from step {self.step} (epoch {self.epoch}, batch {self.batch_in_epoch})")
+            return state.get("weight_average")
+        if self.config["init_from"]:  # a fresh fine-tuning run; a resumed one continues from its own checkpoint
+            load_pretrained(model, self.config["init_from"])
+            if self.rank == 0:
+                log(f"[train] starting from the weights of {self.config['init_from']}")
+        if getattr(model, "needs_word_statistics", False):  # from this run's train split, saved with the weights
+            from training.word_statistics import word_statistics
+
+            files = list(dict.fromkeys(path for path, *_ in self.config["train_row_groups"]))
+            model.load_word_statistics(*word_statistics(files, self.config["vocab_path"]))
+        return None
+
+    # ------------------------------------------------------------------------------------------ the run
+    def train(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        while self.step < self.total_steps and not self.stopped_early:
+            if not self.train_epoch():
+                break
+        self.finish()
+
+    def train_epoch(self) -> bool:
+        """This worker's rows of the current epoch, from where the run is (a resume skips the micro-batches the
+        epoch had consumed); False where the run ends inside it (its last step, or an early stop)."""
+        cfg = self.cfg
+        micro, step_loss = 0, 0.0
+        batches = epoch_batches(self.config["train_row_groups"], self.first_row, self.end_row, cfg, self.epoch,
+                                self.rank, self.batcher.length_key, self.batch_in_epoch,
+                                "qid" if self.batcher.pairwise else None, self.config["read_cpus"])
+        for index, batch in batches:
+            micro += 1
+            last_micro = micro == cfg.grad_accumulation or index + 1 == self.batches_per_epoch
+            step_loss += self.micro_batch(index, batch, last_micro)
+            self.batch_in_epoch = index + 1
+            if not last_micro:
+                continue
+            self.optimiser_step(micro)
+            self.after_step(step_loss / micro)
+            micro, step_loss = 0, 0.0
+            if self.step >= self.total_steps:
+                return False
+            if cfg.eval_every and self.step % cfg.eval_every == 0:
+                self.last_dev, self.evaluated_at = self.dev_metrics(), self.step
+                if self.stop_now():  # the final checkpoint is this step's
+                    return False
+                self.save({"dev": self.last_dev})
+            elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self.save({"loss": self.last_loss})
+        if micro:  # the shard held more batches than expected: their gradients were never all-reduced
+            _all_reduce_gradients(self.model)
+            self.optimiser_step(micro)
+            self.step += 1
+            self.window += 1
+            self.window_loss += step_loss / micro
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        if self.step < self.total_steps:
+            if self.evaluated_at != self.step:
+                self.last_dev, self.evaluated_at = self.dev_metrics(), self.step
+            if not self.stop_now():
+                self.save({"dev": self.last_dev})
+        return True
+
+    def micro_batch(self, index: int, batch: dict, last_micro: bool) -> float:
+        """Forward and backward of one micro-batch, its draws seeded by position; its loss."""
+        cfg, device = self.cfg, self.device
+        seed_micro_batch(cfg.seed, self.rank, self.epoch, index)
+        inputs, labels = self.batcher(batch, train=True)
+        # DDP all-reduces gradients on every backward; between optimiser steps there is nothing to share.
+        sync = contextlib.nullcontext() if last_micro or not hasattr(self.model, "no_sync") else self.model.no_sync()
+        with sync:
+            with torch.autocast(device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+                logits = self.model(**to_device(inputs, device))
+                loss = self.core.loss(logits, to_device(labels, device))
+            objective = loss + l2_penalty(self.core, cfg.l2)  # the recipe's coupled L2, in fp32 outside autocast
+            self.scaler.scale(objective / cfg.grad_accumulation).backward()
+        self.last_loss = float(loss.detach())
+        return self.last_loss
+
+    def optimiser_step(self, micro_batches: int) -> None:
+        cfg = self.cfg
+        self.scaler.unscale_(self.optimizer)
+        if micro_batches != cfg.grad_accumulation:  # an epoch's last, short accumulation: average what it has
+            for parameter in self.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.mul_(cfg.grad_accumulation / micro_batches)
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.average is not None:
+            self.average.update(self.core)
+
+    def after_step(self, loss: float) -> None:
+        self.step += 1
+        if self.warm is None:  # the first step of this run waits for the data pipeline and warms up
+            self.warm = (self.step, time.time())
+        self.window += 1
+        self.window_loss += loss
+        if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
+            self.log_progress()
+
+    def log_progress(self) -> None:
+        """The loss since the last line on the curve; rank 0 also logs it with the rate and ETA."""
+        loss = self.window_loss / self.window
+        self.curve.append([self.step, loss])
+        if self.rank == 0:
+            rate = (self.step - self.first_step) / max(1e-9, time.time() - self.started)
+            eta = (self.total_steps - self.step) / max(rate, 1e-9)
+            lr = self.scheduler.get_last_lr()[0]
+            self.scalars.add("train/loss", loss, self.step)
+            self.scalars.add("train/lr", lr, self.step)
+            self.scalars.add("train/examples_per_s", rate * self.examples_per_step, self.step)
+            log(f"[train] step {self.step}/{self.total_steps} epoch {self.epoch} loss {loss:.4f} lr {lr:.2e} "
+                f"{rate * self.examples_per_step:.1f} ex/s ETA {eta:.0f}s")
+        self.window, self.window_loss = 0, 0.0
+
+    def finish(self) -> None:
+        """The last step's dev figures (and --test-split's, where they are the run's best) in a final checkpoint."""
+        # examples per second over this run's steps after its first, on every worker together: what a benchmark
+        # compares, without start-up, the first batch's wait for the data pipeline, and the final evaluation
+        timed = (self.step - self.warm[0], time.time() - self.warm[1]) if self.warm else (0, 0.0)
+        examples_per_s = timed[0] * self.examples_per_step / timed[1] if timed[0] else None
+        # the last step's dev figures: those of an evaluation at this very step (an early stop), else a new one
+        evaluated_now = self.evaluated_at == self.step and self.dev_history and self.dev_history[-1][0] == self.step
+        metrics = self.last_dev if evaluated_now else self.dev_metrics()
+        self.save({"dev": metrics, "final": True, "examples_per_s": examples_per_s,
+                   "stopped_early": self.stopped_early}, self.held_out(metrics))
+        if self.rank == 0:
+            log(f"[train] done at step {self.step}")
+            self.scalars.close()
+
+    # ---------------------------------------------------------------------------------- evaluation
+    def evaluation_weights(self):
+        """The weights the run is scored with: the moving average where the recipe keeps one."""
+        return self.average.applied(self.core) if self.average is not None else contextlib.nullcontext(self.core)
+
+    def dev_metrics(self) -> dict:
+        if self.rank != 0:
+            return {}
+        with self.evaluation_weights():
+            metrics = evaluate(self.core, self.batcher, self.config["dev_paths"], self.config["dev_columns"], self.cfg,
+                               self.device, self.dtype)
+        self.dev_history.append([self.step, {k: v for k, v in metrics.items() if k != "skipped"}])
+        for name, value in metrics.items():
+            if name not in ("questions", "skipped"):
+                self.scalars.add("dev/" + name.replace("@", "_at_"), value, self.step)
+        shown = {k: v for k, v in metrics.items() if k != "skipped"}
+        log(f"[train] step {self.step} epoch {self.epoch} dev {json.dumps(shown)}")
+        return metrics
+
+    def held_out(self, metrics: dict) -> tuple[dict, list[dict]] | None:
+        """--test-split scored with the final weights where they are the run's best (rank 0); otherwise the
+        driver scores the best checkpoint afterwards."""
+        cfg = self.cfg
+        if not (cfg.test_split and self.rank == 0
+                and best_so_far(metrics.get(self.metric), self.dev_history[:-1], self.metric)):
+            return None
+        with self.evaluation_weights():
+            figures, records = score_split(self.core, self.batcher, self.config["test_paths"],
+                                           self.config["test_columns"], cfg, self.device, self.dtype)
+        log(f"[train] step {self.step} {cfg.test_split} {json.dumps(figures['metrics'])}")
+        return figures, records
+
+    def stop_now(self) -> bool:
+        """After a dev evaluation: whether --patience evaluations have passed without a new best (rank 0 decides,
+        every worker follows)."""
+        cfg = self.cfg
+        if not cfg.patience:
+            return False
+        waited = evaluations_since_best(self.dev_history, self.metric) if self.rank == 0 else 0
+        self.stopped_early = _agree(waited >= cfg.patience, self.device)
+        if self.stopped_early and self.rank == 0:
+            log(f"[train] step {self.step}: dev {self.metric} has not improved for {waited} evaluations (--patience "
+                f"{cfg.patience}); stopping early")
+        return self.stopped_early
+
+    # ---------------------------------------------------------------------------------- checkpoints
+    def save(self, metrics: dict, test: tuple[dict, list[dict]] | None = None) -> None:
+        """Report `metrics` to Ray Train; rank 0 with a checkpoint of everything a resume needs."""
+        import ray.train
+
+        score = (metrics.get("dev") or {}).get(self.metric)
+        trained = self.trained_before + time.time() - self.segment_started  # every invocation's, lost work aside
+        metrics = dict(metrics, step=self.step, epoch=self.epoch, resumed_from_step=self.resumed_from,
+                       curve=self.curve, dev_history=self.dev_history, trained_seconds=trained,
+                       resumed_trained_seconds=self.trained_before,
+                       **{SCORE: float(score) if score is not None else NO_SCORE})
+        if self.rank != 0:
+            ray.train.report(metrics, checkpoint=None)
+            return
+        self.scalars.flush()
+        cfg, core = self.cfg, self.core
+        with tempfile.TemporaryDirectory() as directory:
+            state = {"model": core.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "step": self.step,
+                     "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "curve": self.curve,
+                     "dev_history": self.dev_history, "config": asdict(cfg), "model_config": asdict(core.config),
+                     "vocab_size": self.vocab_size, "vocab_sha256": self.config["vocab_sha256"],
+                     "stopped_early": self.stopped_early, "trained_seconds": trained,
+                     "weight_average": self.average.state_dict() if self.average is not None else None}
+            torch.save(state, os.path.join(directory, STATE_FILE))
+            if test:  # the held-out split's figures travel with the weights that earned them
+                figures, records = test
+                write_jsonl(records, os.path.join(directory, predictions_name(cfg.test_split)))
+                metrics["test"] = dict(figures, split=cfg.test_split, step=self.step)
+            with open(os.path.join(directory, "config.json"), "w") as f:
+                json.dump({"train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": self.vocab_size,
+                           "vocab_sha256": self.config["vocab_sha256"], "step": self.step,
+                           "dev": metrics.get("dev") or {}}, f, indent=2)
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))

@@ -1,0 +1,83 @@
+"""What a run shows: its progress lines (one write each, never doubled by Ray's print patching), TensorBoard
+scalars, and the training-curve PNG."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from typing import TYPE_CHECKING
+
+from training.checkpoints import publish, run_dir
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+
+
+def log(message: str) -> None:
+    # Not print(): inside a Ray Train worker, print is patched to log through the root logger (whose console
+    # handler writes the line) and, because Ray wraps sys.stderr, also to call the original print, so every
+    # line reached the driver twice. A direct write goes out once. stdout is kept for the job's final JSON line.
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+class Scalars:
+    """Training and dev scalars as TensorBoard event files under RUN/tensorboard (rank 0 only). On local and
+    shared storage the events are written in place; on object storage to a local folder uploaded at every
+    checkpoint. A resumed run purges what a lost attempt wrote after the step it resumes from."""
+
+    def __init__(self, cfg: TrainConfig, resume_step: int):
+        from tensorboardX import SummaryWriter
+
+        self.destination = run_dir(cfg) + "/tensorboard"
+        self.remote = "://" in self.destination
+        directory = tempfile.mkdtemp(prefix="tensorboard-") if self.remote else self.destination
+        self.writer = SummaryWriter(directory, purge_step=resume_step or None, flush_secs=30)
+        self.directory = directory
+
+    def add(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+        if self.remote:
+            publish(self.directory, self.destination)
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def plot_curves(curve: list, dev_history: list, metric: str, path: str, title: str) -> None:
+    """Training loss and the dev metric against the step, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, loss_axis = plt.subplots(figsize=(7, 4))
+    if curve:
+        steps, losses = zip(*curve)
+        loss_axis.plot(steps, losses, color="tab:blue", label="train loss")
+    loss_axis.set_xlabel("optimiser step")
+    loss_axis.set_ylabel("train loss", color="tab:blue")
+    if dev_history:
+        dev_axis = loss_axis.twinx()
+        steps = [step for step, _ in dev_history]
+        dev_axis.plot(steps, [m.get(metric, float("nan")) for _, m in dev_history], "o-", color="tab:orange")
+        dev_axis.set_ylabel(f"dev {metric}", color="tab:orange")
+    loss_axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def worker_log_level(level: str) -> None:
+    """Ray Train's per-report line ("Reporting training result N: TrainingReport(...)") comes from a logger named
+    by its file's path, outside the `ray.train` loggers that RunConfig's LoggingConfig sets: set it here too."""
+    import logging
+
+    with contextlib.suppress(ImportError):
+        from ray.train.v2._internal.execution import context as train_context
+
+        logging.getLogger(train_context.__file__).setLevel(level)
