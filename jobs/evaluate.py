@@ -18,12 +18,14 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from training.checkpoints import write_jsonl  # noqa: E402
-from training.evaluation import EvaluateConfig, evaluate_checkpoint, print_summary  # noqa: E402
+if TYPE_CHECKING:
+    from training.evaluation import EvaluateConfig
+
 
 
 def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
@@ -41,6 +43,9 @@ def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
     p.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda, cuda:1, ...")
     p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
     args = p.parse_args(argv)
+    # imported once the arguments parsed: the scoring modules load torch (1.5 s), which --help need not wait for
+    from training.evaluation import EvaluateConfig
+
     cfg = EvaluateConfig(checkpoint=args.checkpoint, data=args.data, split=args.split, output=args.output,
                          which=args.which, eval_policy=args.eval_policy, batch_size=args.batch_size,
                          device=args.device)
@@ -52,6 +57,9 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
+    from training.checkpoints import write_jsonl
+    from training.evaluation import evaluate_checkpoint, print_summary
+
     try:
         summary, records = evaluate_checkpoint(cfg)
     except (ValueError, FileNotFoundError) as error:

@@ -92,13 +92,12 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
-    from training.checkpoints import write_jsonl
-    from training.evaluation import print_summary
-
     cfg, args = parse_args(argv)
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
+    from training.checkpoints import write_jsonl  # with the scoring modules, torch: not for --help or --dry-run
+    from training.evaluation import print_summary
     try:
         summary, records = score_split(cfg)
     except (ValueError, FileNotFoundError, ImportError) as error:

@@ -383,7 +383,8 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     """Gradient accumulation over length-bucketed batches, dev every N steps, the best checkpoint kept beside the
     latest, TensorBoard files, the curve PNG; then jobs/evaluate.py scores the run's best checkpoint on dev to the
     MAP training saw."""
-    from jobs.evaluate import EvaluateConfig, evaluate_checkpoint, main as evaluate_main
+    from jobs.evaluate import main as evaluate_main
+    from training.evaluation import EvaluateConfig, evaluate_checkpoint
     from training.config import TrainConfig, batches_per_epoch_for
     from training.trainer import run
 
