@@ -27,7 +27,10 @@ stage of ours (read, text, language; dedup; threads; funnel; negatives; pairs; s
 the build's CPUs per post and as a share of the wall time. Memory is the peak, over 0.5 s samples, of the summed
 proportional set size (PSS, shared pages split between processes) of the process and all its children (Ray's
 raylet, object store and workers), and beside it the peak of their summed private memory (USS: heaps, without
-the object store's shared pages). Prints a table; the JSON (also written to --json) has `posts_per_s_per_core`,
+the object store's shared pages), of their heaps (anonymous PSS), and of the heaps of the working processes alone
+(every process but Ray's idle workers, whose number at any moment varies from run to run, each holding about
+100 MB of imports and what its last task left). `heaps_largest_vs_smallest` divides the largest size's peak
+heaps by the smallest's, both ways. Prints a table; the JSON (also written to --json) has `posts_per_s_per_core`,
 `peak_rss_mb` per size, `stage_profile`, `stage1_vs_single_process` and `per_core_vs_released`, and the last line
 printed holds the ratios alone.
 """
@@ -123,7 +126,7 @@ class PeakMemory:
 
         self.process = psutil.Process()
         self.interval, self._stop = interval, threading.Event()
-        self.peak = self.peak_heap = self.peak_store = self.peak_private = 0  # bytes
+        self.peak = self.peak_heap = self.peak_store = self.peak_private = self.peak_working_heap = 0  # bytes
         self.at_peak: dict[str, float] = {}  # PSS in MB by process name when the PSS peak was seen
         self.heap_at_peak: dict[str, float] = {}  # anonymous PSS in MB by process name at the heap peak
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -142,6 +145,7 @@ class PeakMemory:
         import psutil
 
         totals, pss_by_name, anon_by_name = {"pss": 0, "anon": 0, "shmem": 0, "uss": 0}, {}, {}
+        working = 0  # heaps of the processes that are not idle Ray workers
         for proc in [self.process] + self.process.children(recursive=True):
             try:
                 sums = self._rollup(proc.pid)
@@ -150,11 +154,14 @@ class PeakMemory:
                 continue
             for key in totals:
                 totals[key] += sums[key]
+            if not name.startswith("ray::IDLE"):
+                working += sums["anon"]
             pss_by_name[name] = pss_by_name.get(name, 0) + sums["pss"]
             anon_by_name[name] = anon_by_name.get(name, 0) + sums["anon"]
         top = lambda d: {k: round(v / 2**20) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:8]}  # noqa: E731
         self.peak_private = max(self.peak_private, totals["uss"])
         self.peak_store = max(self.peak_store, totals["shmem"])
+        self.peak_working_heap = max(self.peak_working_heap, working)
         if totals["anon"] > self.peak_heap:
             self.peak_heap, self.heap_at_peak = totals["anon"], top(anon_by_name)
         if totals["pss"] > self.peak:
@@ -387,6 +394,7 @@ def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedu
         ray.shutdown()
     queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_private_mb": memory.peak_private / 2**20,
                "peak_heap_mb": memory.peak_heap / 2**20, "peak_store_mb": memory.peak_store / 2**20,
+               "peak_working_heap_mb": memory.peak_working_heap / 2**20,
                "peak_by_process_mb": memory.at_peak, "heap_peak_by_process_mb": memory.heap_at_peak,
                "pairs": stats["pairs"]["total"],
                "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
@@ -451,7 +459,8 @@ def main(argv=None) -> int:
             entry = {"posts": n, "xml_mb": round(mb, 1), "ours": ours,
                      "ours_posts_per_s_per_core": n / ours["seconds"] / cpus}
             print(f"  ours      {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
-                  f"peak {ours['peak_mb']:8,.0f} MB (heaps {ours['peak_heap_mb']:,.0f} MB, object store "
+                  f"peak {ours['peak_mb']:8,.0f} MB (heaps {ours['peak_heap_mb']:,.0f} MB, of working processes "
+                  f"{ours['peak_working_heap_mb']:,.0f} MB, object store "
                   f"{ours['peak_store_mb']:,.0f} MB, private {ours['peak_private_mb']:,.0f} MB)", flush=True)
             print(f"            at the peak (MB): {ours['peak_by_process_mb']}", flush=True)
             print(f"            at the heap peak (MB): {ours['heap_peak_by_process_mb']}", flush=True)
@@ -486,24 +495,31 @@ def main(argv=None) -> int:
             results["sizes"][str(n)] = entry
             os.unlink(dump)
     largest = results["sizes"][str(max(int(k) for k in results["sizes"]))]
+    smallest = results["sizes"][str(min(int(k) for k in results["sizes"]))]
     rounded = lambda value, digits=2: round(value, digits) if value is not None else None  # noqa: E731
     summary = {
         "posts_per_s_per_core": {k: round(v["ours_posts_per_s_per_core"], 1) for k, v in results["sizes"].items()},
         "peak_rss_mb": {k: {"ours": round(v["ours"]["peak_mb"], 1),
                             "ours_private": round(v["ours"]["peak_private_mb"], 1),
                             "ours_heaps": round(v["ours"]["peak_heap_mb"], 1),
+                            "ours_heaps_working": round(v["ours"]["peak_working_heap_mb"], 1),
                             "ours_object_store": round(v["ours"]["peak_store_mb"], 1),
                             **{name: rounded(v.get(name, {}).get("peak_mb"), 1) for name in baselines}}
                         for k, v in results["sizes"].items()},
         "stage_profile": largest.get("stage_profile"),
         "stage1_vs_single_process": rounded(largest.get("stage1_vs_single_process")),
         **{f"per_core_vs_{name}": rounded(largest.get(f"per_core_vs_{name}")) for name in baselines},
+        # Does memory grow with the input? The largest size's peak heaps over the smallest's: of every process,
+        # and of the working ones (without idle Ray workers, whose number at the peak varies from run to run).
+        "heaps_largest_vs_smallest": None if largest is smallest else {
+            "all": rounded(largest["ours"]["peak_heap_mb"] / smallest["ours"]["peak_heap_mb"]),
+            "working": rounded(largest["ours"]["peak_working_heap_mb"] / smallest["ours"]["peak_working_heap_mb"])},
         "details": results,
     }
     write_result(summary, args.json)
     # The figures a check reads, last, on one line.
     print(json.dumps({k: summary[k] for k in summary if k.startswith("per_core_vs") or k in (
-        "stage1_vs_single_process", "posts_per_s_per_core")}))
+        "stage1_vs_single_process", "posts_per_s_per_core", "heaps_largest_vs_smallest")}))
     return 0
 
 

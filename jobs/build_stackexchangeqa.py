@@ -40,7 +40,8 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                                                             "(the paper: two up-votes)")
     p.add_argument("--negatives", type=float, default=15.71, help="negatives sampled per positive pair; a "
                    "fractional k gives floor(k) or floor(k)+1 per positive, seeded (default: the paper's 15.71)")
-    p.add_argument("--rows-per-shard", type=int, default=100_000, help="target rows per Parquet shard")
+    p.add_argument("--rows-per-shard", type=int, default=100_000,
+                   help="rows per Parquet shard: at least this many, but for the last shard of a split")
     p.add_argument("--negative-pool", choices=("site", "any", "tag"), default="site",
                    help="negatives are answers to other questions of the same site (default), any site, or the "
                         "same site and tag; always from the same split")

@@ -47,7 +47,7 @@ from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
 from pipelines.negatives import POOL_MODES, sample_negatives
-from pipelines.schemas import QA_PAIRS, conform
+from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, conform
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -530,12 +530,18 @@ def _cpus() -> int:
     return int(ray.cluster_resources().get("CPU", 1))
 
 
+# A word is a run of characters that are not whitespace by Python's `str.isspace` (every such character of
+# Unicode is listed; a test checks the list against Python), so that the counts are `len(text.split())`.
+_WORD = (r"[^\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}-\x{2029}\x{202f}\x{205f}"
+         r"\x{3000}]+")
+
+
 def word_counts(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """`len(text.split())` for every text, in Arrow (its whitespace is Python's, checked over all of Unicode)."""
-    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
-    pieces = pc.utf8_split_whitespace(texts)
-    words = pc.not_equal(pc.list_flatten(pieces), "").to_numpy(zero_copy_only=False)
-    return np.bincount(pc.list_parent_indices(pieces).to_numpy(), weights=words, minlength=len(texts)).astype(np.int64)
+    """`len(text.split())` for every text (0 for a null), counted by Arrow's regular expressions in place: no list
+    of every word is built (utf8_split_whitespace's lists held a block's every word in the funnel's heap)."""
+    counts = pc.fill_null(pc.count_substring_regex(texts, _WORD), 0)
+    return counts.to_numpy().astype(np.int64) if isinstance(counts, pa.Array) else \
+        np.asarray(counts.combine_chunks().to_numpy(), dtype=np.int64)
 
 
 def _count_threads(batch: pa.Table) -> pa.Table:
@@ -552,26 +558,28 @@ def _count_threads(batch: pa.Table) -> pa.Table:
             key = "\x1f".join([prefix, *values])
             counts[key] = counts.get(key, 0) + n
 
-    add_counts("status", batch, ["site", "role", "status"])
+    # Columns are filtered one at a time, never the whole batch: a filtered batch copies every text in it.
+    add_counts("status", batch.select(["site", "role", "status"]), ["site", "role", "status"])
     lang_by = batch["lang_by"]
-    decided = batch.filter(pc.not_equal(lang_by, "none"))
-    add_counts("lang", pa.table({"by": pc.if_else(pc.equal(decided["lang_by"], ""), "no_text", decided["lang_by"])}),
-               ["by"])
-    overlapping = batch.filter(pc.ends_with(batch["status"], "overlaps_test_set"))
-    for detail, role in zip(overlapping["detail"].to_pylist(), overlapping["role"].to_pylist()):
+    decided = pc.filter(lang_by, pc.not_equal(lang_by, "none"))
+    add_counts("lang", pa.table({"by": pc.if_else(pc.equal(decided, ""), "no_text", decided)}), ["by"])
+    overlaps = pc.ends_with(batch["status"], "overlaps_test_set")
+    details, roles = pc.filter(batch["detail"], overlaps).to_pylist(), pc.filter(batch["role"], overlaps).to_pylist()
+    for detail, role in zip(details, roles):
         for name in (detail or "").split(","):
             key = f"overlap\x1f{name}\x1f{role}"
             counts[key] = counts.get(key, 0) + 1
-    kept = batch.filter(pc.is_in(batch["status"], pa.array([KEPT_QUESTION, POSITIVE])))
-    licence = pc.fill_null(kept["licence"], "")
+    status = batch["status"]
+    kept = pc.is_in(status, pa.array([KEPT_QUESTION, POSITIVE]))
+    licence = pc.fill_null(pc.filter(batch["licence"], kept), "")
     add_counts("licence", pa.table({"licence": pc.if_else(pc.equal(licence, ""), "unknown", licence)}), ["licence"])
-    is_question = pc.equal(kept["role"], "question")
-    words = word_counts(pc.if_else(is_question, kept["question"], kept["answer"]))
-    bins = np.digitize(words, LENGTH_BINS[1:])  # index into _LENGTH_LABELS
-    add_counts("length", pa.table({"role": kept["role"], "bin": pa.array(np.asarray(_LENGTH_LABELS)[bins])}),
-               ["role", "bin"])
-    questions = kept.filter(pc.equal(kept["status"], KEPT_QUESTION))
-    add_counts("questions", questions.select(["split"]), ["split"])
+    kept_question, positive = pc.equal(status, KEPT_QUESTION), pc.equal(status, POSITIVE)
+    for role, rows, texts in (("question", kept_question, "question"), ("answer", positive, "answer")):
+        bins = np.digitize(word_counts(pc.filter(batch[texts], rows)), LENGTH_BINS[1:])  # index into _LENGTH_LABELS
+        add_counts("length", pa.table({"role": pa.array([role] * len(bins), pa.string()),
+                                       "bin": pa.array(np.asarray(_LENGTH_LABELS)[bins], pa.string())}),
+                   ["role", "bin"])
+    add_counts("questions", pa.table({"split": pc.filter(batch["split"], kept_question)}), ["split"])
     return pa.table({"counts": [json.dumps(counts)]})
 
 
@@ -690,7 +698,14 @@ def _bound_shuffle_memory(cfg: BuildConfig) -> None:
     at 1M posts against 0.15 GB at 100k); `partition_mb` of input per map task keeps it the same at any size."""
     from ray.data import DataContext
 
-    DataContext.get_current().shuffle_input_batch_bytes = cfg.partition_mb << 20
+    context = DataContext.get_current()
+    context.shuffle_input_batch_bytes = cfg.partition_mb << 20
+    # LZ4 for the shuffles' shards, not Ray's default zstd: a map task compresses one shard per partition, and at
+    # 1M posts (33 partitions) the pairs shuffle's map tasks held 350 MB of heap at the peak with zstd against
+    # 200 MB with LZ4 (bench/stackexchangeqa.py, one run each; the build took 141 s and 128 s). Shards live in
+    # the object store for seconds: a lighter codec costs little there.
+    if "RAY_DATA_SHUFFLE_COMPRESSION" not in os.environ:
+        context.shuffle_compression = "lz4"
 
 
 def build(cfg: BuildConfig):
@@ -704,8 +719,10 @@ def build(cfg: BuildConfig):
     # The attribution rows (ids, links, authors: small) now, so that nothing needs the threads, the largest
     # table in the object store, once the pairs are made: at 1M posts they filled the store and the shard
     # writes ran against spilled blocks.
-    attribution = threads.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
-                                 col("status").is_in(list(NEGATIVE_POOL)))
+    # Only the columns attribution needs cross the filter (a filter copies every column it is given: the texts).
+    attribution = threads.select_columns(["role", "status", "qid", "aid", "site", "author", "author_id", "licence"])
+    attribution = attribution.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
+                                     col("status").is_in(list(NEGATIVE_POOL)))
     attribution = attribution.map_batches(attribution_rows, batch_format="pyarrow").materialize()
     stages.done("funnel")
     failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
@@ -741,7 +758,8 @@ _LENGTH_LABELS = list(length_histogram([]).keys())
 
 
 def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
-    """A block of whole questions' pairs, questions in an order drawn from (seed, qid), each question's positives
+    """A block of whole questions' pairs, split by split (so that a split's rows are one zero-copy slice when the
+    shards are written), within a split questions in an order drawn from (seed, qid), each question's positives
     first, then its negatives, each by answer id: the same rows in the same order on every run. Negatives come
     without their question's text and take it from their question's positives."""
     if batch.num_rows == 0:
@@ -758,9 +776,10 @@ def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
     questions = pc.unique(qids)  # a question has many pairs: hash each once
     units = pa.array([stable_unit(seed, qid) for qid in questions.to_pylist()], pa.float64())
     keys = pc.take(units, pc.index_in(qids, value_set=questions))
-    order = pc.sort_indices(pa.table({"key": keys, "qid": batch["qid"], "label": batch["label"], "aid": batch["aid"]}),
-                            sort_keys=[("key", "ascending"), ("qid", "ascending"), ("label", "descending"),
-                                       ("aid", "ascending")])
+    order = pc.sort_indices(pa.table({"split": batch["split"], "key": keys, "qid": batch["qid"],
+                                      "label": batch["label"], "aid": batch["aid"]}),
+                            sort_keys=[("split", "ascending"), ("key", "ascending"), ("qid", "ascending"),
+                                       ("label", "descending"), ("aid", "ascending")])
     return batch.take(order)
 
 
@@ -780,19 +799,88 @@ def _negative_pairs(batch: pa.Table) -> pa.Table:
                      "site": batch["site"], "split": batch["split"]}).cast(_PAIRS_WITH_SPLIT)
 
 
-def _conform_pairs(batch: pa.Table) -> pa.Table:
-    """QA_PAIRS columns, checked (the split is the folder)."""
-    return conform(batch.drop_columns(["split"]), QA_PAIRS, "StackExchangeQA pairs")
+def split_pairs(batch: pa.Table, split: str) -> pa.Table:
+    """One split's rows of a block of pairs (QA_PAIRS columns, checked; the split is the folder), as a slice of the
+    block: `questions_in_seeded_order` put each split's rows together, so nothing is copied (a filter copied
+    every row of the split into the write task's heap: 270 MB a task at 1M posts)."""
+    splits = batch["split"]
+    start = pc.index(splits, split).as_py()
+    if start < 0:
+        return QA_PAIRS.empty_table()
+    rows = int(pc.sum(pc.equal(splits, split)).as_py())
+    piece = batch.slice(start, rows)
+    if pc.count_distinct(piece["split"]).as_py() != 1:
+        raise ValueError(f"the {split} rows of a block of pairs are not contiguous (sort them by split first)")
+    return conform(piece.drop_columns(["split"]), QA_PAIRS, "StackExchangeQA pairs")
 
 
-def _count_pairs(batch: pa.Table) -> pa.Table:
-    splits = batch.column("split").to_pylist()
-    labels = batch.column("label").to_pylist()
-    counts: dict[str, int] = {}
-    for split, label in zip(splits, labels):
-        key = f"{split}\x1f{label}"
-        counts[key] = counts.get(key, 0) + 1
-    return pa.table({"counts": [json.dumps(counts)]})
+def _summarise_pairs_block(block: pa.Table) -> dict:
+    """A block's first question id (its place in the shards) and its rows per (split, label)."""
+    if block.num_rows == 0:
+        return {"first": None, "counts": []}
+    counts = block.group_by(["split", "label"], use_threads=False).aggregate([([], "count_all")])
+    return {"first": block["qid"][0].as_py(),
+            "counts": list(zip(counts["split"].to_pylist(), counts["label"].to_pylist(), counts["count_all"].to_pylist()))}
+
+
+def _write_pair_shard(path: str, split: str, row_group_rows: int, *blocks: pa.Table) -> int:
+    """One shard: `split`'s rows of `blocks` (slices of the object store's blocks, so nothing is copied but a row
+    group at a time), to `path` through a temporary name; returns the rows written."""
+    import pyarrow.parquet as pq
+
+    rows, temporary = 0, path + ".tmp"
+    with pq.ParquetWriter(temporary, QA_PAIRS, compression="zstd") as writer:
+        for block in blocks:
+            piece = split_pairs(block, split)
+            for first in range(0, piece.num_rows, row_group_rows):
+                writer.write_table(piece.slice(first, row_group_rows), row_group_size=row_group_rows)
+            rows += piece.num_rows
+    os.replace(temporary, path)
+    release_unused_memory()
+    return rows
+
+
+def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_split: dict) -> dict:
+    """`directory/{train,dev,test}/part-NNNNN.parquet` from the materialised pairs (blocks of whole questions, each
+    split's rows together), and the rows, positives, negatives, questions and shards of each split.
+
+    Blocks are taken in the order of their first question id, so the same build writes the same rows to the same
+    shard names; a shard gathers consecutive blocks until it holds at least `rows_per_shard` rows of its split (the
+    last of a split may hold fewer). The shards are written by tasks that read the blocks in place in the object
+    store and stream them out a row group at a time: Ray Data's writer concatenated each shard's rows in a
+    worker's heap (the build's peak at 1M posts)."""
+    import ray
+
+    refs = pairs.to_arrow_refs()
+    summaries = ray.get([ray.remote(num_cpus=1)(_summarise_pairs_block).remote(ref) for ref in refs])
+    blocks = sorted((s["first"], ref, s["counts"]) for s, ref in zip(summaries, refs) if s["first"] is not None)
+    totals: dict[tuple[str, int], int] = {}
+    for _, _, counts in blocks:
+        for split, label, n in counts:
+            totals[(split, label)] = totals.get((split, label), 0) + n
+    write = ray.remote(num_cpus=1)(_write_pair_shard)
+    pending, result = [], {}
+    for split in SPLITS:
+        target = os.path.join(directory, split)
+        os.makedirs(target, exist_ok=True)
+        shard, rows, shards = [], 0, 0
+        for position, (_, ref, counts) in enumerate(blocks, 1):
+            here = sum(n for s, _, n in counts if s == split)
+            if here:
+                shard.append(ref)
+                rows += here
+            if shard and (rows >= rows_per_shard or position == len(blocks)):
+                path = os.path.join(target, f"part-{shards:05d}.parquet")
+                pending.append((split, rows, write.remote(path, split, ROW_GROUP_ROWS, *shard)))
+                shard, rows, shards = [], 0, shards + 1
+        positive, negative = totals.get((split, 1), 0), totals.get((split, 0), 0)
+        result[split] = {"questions": questions_per_split.get(split, 0), "rows": positive + negative,
+                         "positive": positive, "negative": negative, "shards": shards}
+    for split, planned, ref in pending:
+        written = ray.get(ref)
+        if written != planned:
+            raise RuntimeError(f"a {split} shard of StackExchangeQA pairs holds {written:,} rows, {planned:,} planned")
+    return result
 
 
 def _attribution_counts(attribution) -> dict:
@@ -806,20 +894,6 @@ def _attribution_counts(attribution) -> dict:
     return {"posts": sum(r["posts"] for r in rows), "without_author": sum(r["unnamed"] for r in rows)}
 
 
-def _split_counts(pairs, questions_per_split: dict) -> dict:
-    """Rows, positives and negatives per split in one pass; questions per split from the funnel."""
-    totals: dict[str, int] = {}
-    for row in pairs.map_batches(_count_pairs, batch_format="pyarrow").take_all():
-        for key, n in json.loads(row["counts"]).items():
-            totals[key] = totals.get(key, 0) + n
-    result = {}
-    for split in SPLITS:
-        positive, negative = totals.get(f"{split}\x1f1", 0), totals.get(f"{split}\x1f0", 0)
-        result[split] = {"questions": questions_per_split.get(split, 0), "rows": positive + negative,
-                         "positive": positive, "negative": negative}
-    return result
-
-
 def write(cfg: BuildConfig) -> dict:
     """Build and write `output/{train,dev,test}/*.parquet` and `output/stats.json`, atomically.
 
@@ -827,24 +901,15 @@ def write(cfg: BuildConfig) -> dict:
     previous output (or none) and no half-written shards. The build is deterministic, so a re-run after a
     crash writes the same rows.
     """
-    from ray.data.expressions import col
-
     started = time.time()
     with staged_dir(cfg.output) as staging:
         pairs, stats, attribution = build(cfg)
         stages = _Stages()
         pairs = pairs.materialize()
-        splits = _split_counts(pairs, stats.pop("questions_per_split"))
-        stages.done("pairs", sum(s["rows"] for s in splits.values()))
-        for split in SPLITS:  # one write per split: a cheap filter over materialised pairs, plain folders
-            target = os.path.join(staging, split)
-            if splits[split]["rows"]:
-                pairs.filter(expr=col("split") == split).map_batches(_conform_pairs, batch_format="pyarrow") \
-                    .write_parquet(target, min_rows_per_file=cfg.rows_per_shard, compression="zstd")
-            os.makedirs(target, exist_ok=True)
-            splits[split]["shards"] = len([f for f in os.listdir(target) if f.endswith(".parquet")])
+        stages.done("pairs", pairs.count())
+        splits = write_pair_shards(pairs, staging, cfg.rows_per_shard, stats.pop("questions_per_split"))
         attribution.write_parquet(os.path.join(staging, "attribution"), min_rows_per_file=cfg.rows_per_shard,
-                                  compression="zstd")
+                                  row_group_size=ROW_GROUP_ROWS, compression="zstd")
         stats["attribution"] = _attribution_counts(attribution)
         stages.done("shards")
         positive = sum(s["positive"] for s in splits.values())

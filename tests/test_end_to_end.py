@@ -165,6 +165,33 @@ def test_rebuild_is_identical(built, beer_dump, tmp_path, overlap_file):
         assert a.equals(b), split
 
 
+def test_shards_are_the_same_files_on_every_run_and_partitioning_changes_no_row(built, beer_dump, tmp_path,
+                                                                               overlap_file):
+    """Small partitions and shards: several shards a split, named and filled alike by two runs, each but a split's
+    last holding at least rows_per_shard rows; and the rows of every split are those of the default build."""
+    import pyarrow.parquet as pq
+    from dataclasses import replace
+
+    from pipelines.stackexchangeqa import write
+
+    runs = [str(tmp_path / name) for name in ("one", "two")]
+    for out in runs:
+        write(replace(_config(beer_dump, out, overlap_file), partition_mb=1, rows_per_shard=300))
+    for split in ("train", "dev", "test"):
+        names = sorted(os.listdir(os.path.join(runs[0], split)))
+        assert names == sorted(os.listdir(os.path.join(runs[1], split)))
+        assert names == [f"part-{i:05d}.parquet" for i in range(len(names))]
+        if split == "train":
+            assert len(names) >= 2  # the beer dump makes two partitions
+        tables = [pq.read_table(os.path.join(runs[0], split, name)) for name in names]
+        for name, table in zip(names, tables):
+            assert table.equals(pq.read_table(os.path.join(runs[1], split, name))), (split, name)
+        assert all(t.num_rows >= 300 for t in tables[:-1])
+        keys = [("qid", "ascending"), ("aid", "ascending")]
+        assert read_table(os.path.join(runs[0], split), QA_PAIRS).sort_by(keys).equals(
+            read_table(os.path.join(built[0], split), QA_PAIRS).sort_by(keys)), split
+
+
 def test_bad_dump_leaves_nothing_behind(tmp_path, ray_local):
     from runtime.ray_env import unwrap
     from pipelines.stackexchangeqa import BuildConfig, write

@@ -234,3 +234,69 @@ def test_threads_assembled_at_once_are_the_thread_by_thread_reference(beer_dump)
                                                             range(block.num_rows)]))
     assert assemble_threads(with_overlap, **options).equals(assemble_threads_row_by_row(with_overlap, **options))
     assert assemble_threads(block.slice(0, 0), **options).num_rows == 0
+
+
+def _pairs_block(questions: int = 60, seed: int = 3) -> pa.Table:
+    """Whole questions' pairs in union order (positives, then negatives without the question's text), each
+    question in a split drawn as the build draws it."""
+    import random
+
+    rng = random.Random(seed)
+    positives, negatives = [], []
+    for q in range(questions):
+        qid, split = f"beer:{q}", split_of("beer", q, 0.2, 0.2)
+        for a in range(rng.randint(1, 3)):
+            positives.append((qid, f"question {q}", f"beer:{q}-{a}", 1, split))
+        for a in range(rng.randint(0, 3)):
+            negatives.append((qid, "", f"beer:n{rng.randint(0, 999)}-{q}-{a}", 0, split))
+    rows = positives + negatives
+    n = len(rows)
+    return pa.table({"qid": [r[0] for r in rows], "question": [r[1] for r in rows], "aid": [r[2] for r in rows],
+                     "answer": [f"answer {r[2]}" for r in rows], "label": pa.array([r[3] for r in rows], pa.int8()),
+                     "score": pa.array([2] * n, pa.int64()), "accepted": [False] * n, "site": ["beer"] * n,
+                     "split": [r[4] for r in rows]})
+
+
+def test_a_split_of_seeded_order_is_that_splits_rows_in_their_own_seeded_order():
+    """The shards take each split as a slice of the block: the same rows, in the same order, as the filter of
+    each split ordered alone (the order before splits were put together)."""
+    import pyarrow.compute as pc
+
+    from pipelines.stackexchangeqa import questions_in_seeded_order, split_pairs
+
+    block = _pairs_block()
+    ordered = questions_in_seeded_order(block, seed=7)
+    assert set(ordered["split"].to_pylist()) == {"train", "dev", "test"}
+    for split in ("train", "dev", "test"):
+        alone = questions_in_seeded_order(block.filter(pc.equal(block["split"], split)), seed=7)
+        sliced = split_pairs(ordered, split)
+        assert sliced.schema == QA_PAIRS
+        assert sliced.equals(conform(alone.drop_columns(["split"]), QA_PAIRS, "expected")), split
+        assert all(q for q in sliced["question"].to_pylist())  # negatives took their question's text
+    assert split_pairs(ordered.filter(pc.not_equal(ordered["split"], "dev")), "dev").num_rows == 0
+
+
+def test_split_pairs_refuses_a_block_whose_split_is_not_contiguous():
+    from pipelines.stackexchangeqa import split_pairs
+
+    block = _pairs_block().slice(0, 6)
+    mixed = pa.concat_tables([block.slice(0, 3).set_column(8, "split", pa.array(["train"] * 3)),
+                              block.slice(3, 1).set_column(8, "split", pa.array(["dev"])),
+                              block.slice(4, 2).set_column(8, "split", pa.array(["train"] * 2))])
+    with pytest.raises(ValueError, match="train rows of a block of pairs are not contiguous"):
+        split_pairs(mixed, "train")
+
+
+def test_word_counts_are_pythons_split_over_every_unicode_whitespace():
+    import random
+    import sys
+
+    from pipelines.stackexchangeqa import word_counts
+
+    whitespace = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF and chr(c).isspace()]
+    alphabet = whitespace + list("ab é漢") + ["\u200b", "\ufeff"]  # zero-width space and BOM: not whitespace
+    rng = random.Random(0)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(20_000)]
+    assert word_counts(pa.array(texts + [None])).tolist() == [len(t.split()) for t in texts] + [0]
+    chunked = pa.chunked_array([texts[:7], texts[7:20]])
+    assert word_counts(chunked).tolist() == [len(t.split()) for t in texts[:20]]
