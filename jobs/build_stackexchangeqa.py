@@ -204,8 +204,7 @@ def main(argv=None) -> int:
     stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
-    print(summary(stats))
-    print(f"wrote {cfg.output}/{{train,dev,test}} and {cfg.output}/stats.json")
+    print(f"{summary(stats)}; wrote {cfg.output}/{{train,dev,test}} and stats.json")
     return 0
 
 

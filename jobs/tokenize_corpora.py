@@ -103,11 +103,13 @@ def main(argv=None) -> int:
     manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
-    for split, s in manifest["splits"].items():
-        extra = "" if "answer_not_found" not in s else \
-            f" (over the token cap: {s['dropped_over_token_cap']:,} dropped; answer in no passage: " \
-            f"{s['answer_not_found']:,} {s['answer_not_found_action']})"
-        print(f"{split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {len(s['files']):>4} shards{extra}")
+    splits = manifest["splits"]
+    print("tokenised " + ", ".join(f"{split} {s['rows']:,} rows ({s['questions']:,} questions, {len(s['files'])} "
+                                   f"shard{'s' if len(s['files']) != 1 else ''})" for split, s in splits.items()))
+    for split, s in splits.items():
+        if "answer_not_found" in s:
+            print(f"  {split}: over the token cap {s['dropped_over_token_cap']:,} dropped; answer in no passage "
+                  f"{s['answer_not_found']:,} {s['answer_not_found_action']}")
     print(f"vocabulary {manifest['vocab_size']:,} tokens, {manifest['char_vocab_size']:,} characters; "
           f"wrote {cfg.output}/manifest.json")
     return 0

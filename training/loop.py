@@ -32,7 +32,7 @@ from training.data import Batcher, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
 from training.models import build_model
 from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
-from training.progress import Scalars, log, worker_log_level
+from training.progress import Scalars, figures_line, log, worker_log_level
 from training.rows import epoch_batches, worker_rows
 
 
@@ -277,7 +277,6 @@ class WorkerRun:
         self.save({"dev": metrics, "final": True, "examples_per_s": examples_per_s,
                    "stopped_early": self.stopped_early}, self.held_out(metrics))
         if self.rank == 0:
-            log(f"[train] done at step {self.step}")
             self.scalars.close()
 
     # ---------------------------------------------------------------------------------- evaluation
@@ -295,8 +294,7 @@ class WorkerRun:
         for name, value in metrics.items():
             if name not in ("questions", "skipped"):
                 self.scalars.add("dev/" + name.replace("@", "_at_"), value, self.step)
-        shown = {k: v for k, v in metrics.items() if k != "skipped"}
-        log(f"[train] step {self.step} epoch {self.epoch} dev {json.dumps(shown)}")
+        log(f"[train] step {self.step} epoch {self.epoch} dev {figures_line(metrics)}")
         return metrics
 
     def held_out(self, metrics: dict) -> tuple[dict, list[dict]] | None:
@@ -309,7 +307,7 @@ class WorkerRun:
         with self.evaluation_weights():
             figures, records = score_split(self.core, self.batcher, self.config["test_paths"],
                                            self.config["test_columns"], cfg, self.device, self.dtype)
-        log(f"[train] step {self.step} {cfg.test_split} {json.dumps(figures['metrics'])}")
+        log(f"[train] step {self.step} {cfg.test_split} {figures_line(figures['metrics'])}")
         return figures, records
 
     def stop_now(self) -> bool:

@@ -4,7 +4,6 @@ metric, failures retried), then scores --test-split with the best checkpoint and
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
 from dataclasses import asdict
@@ -16,7 +15,7 @@ from training.config import (TASK_METRICS, TrainConfig, batches_per_epoch_for, d
 from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
 from training.evaluation import EvaluateConfig, dev_references, evaluate_checkpoint
 from training.loop import train_loop_per_worker
-from training.progress import log, plot_curves
+from training.progress import figures_line, log, plot_curves
 from training.rows import row_groups
 
 
@@ -135,7 +134,7 @@ def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
         return dict(final["test"], checkpoint=result.checkpoint.path,
                     predictions=result.checkpoint.path.rstrip("/") + "/" + name)
     summary, records = evaluate_checkpoint(EvaluateConfig(checkpoint=chosen, data=cfg.data, split=cfg.test_split))
-    log(f"[train] best checkpoint (step {summary['step']}) {cfg.test_split} {json.dumps(summary['metrics'])}")
+    log(f"[train] best checkpoint (step {summary['step']}) {cfg.test_split} {figures_line(summary['metrics'])}")
     destination = run_dir(cfg) + "/" + name
     with tempfile.TemporaryDirectory() as directory:
         write_jsonl(records, os.path.join(directory, name))
