@@ -224,6 +224,25 @@ def test_tokenised_manifest_matches_build(built, tokenised):
     assert {s: v["pairs"] for s, v in found["sizes"].items()} == {s: v["rows"] for s, v in stats["splits"].items()}
 
 
+def test_tokenised_rows_keep_the_builds_order(built, tokenised, tmp_path):
+    """Shards row for row in the build's order, so a second tokenisation is the same files' rows and a training run
+    from either reads the same batches."""
+    import pyarrow.parquet as pq
+
+    from pipelines.tokenize import TokenizeConfig, write
+
+    again = str(tmp_path / "again")
+    write(TokenizeConfig(dataset="stackexchangeqa", input=built[0], output=again))
+    for split in ("train", "dev", "test"):
+        first = [pq.read_table(os.path.join(tokenised[0], f["path"])) for f in tokenised[1]["splits"][split]["files"]]
+        manifest = json.load(open(os.path.join(again, "manifest.json")))
+        second = [pq.read_table(os.path.join(again, f["path"])) for f in manifest["splits"][split]["files"]]
+        order = lambda tables: [(q, a) for t in tables for q, a in zip(t["qid"].to_pylist(), t["aid"].to_pylist())]  # noqa: E731
+        assert order(first) == order(second), split
+        source = read_table(os.path.join(built[0], split), QA_PAIRS)
+        assert order(first) == list(zip(source["qid"].to_pylist(), source["aid"].to_pylist())), split
+
+
 def test_tokenising_a_build_with_a_shard_too_many_is_refused(built, tmp_path):
     import shutil
 
