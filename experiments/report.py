@@ -72,6 +72,12 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
     return f"{_cell(figure, scale)}, {minutes:.0f} min" if minutes >= 1.5 else f"{_cell(figure, scale)}, {minutes * 60:.0f} s"
 
 
+def _row_start(row: Row, ledger: Ledger, figures: dict) -> str:
+    """A table row's first cells: the row, the profile its figures come from, and how many seeds they average."""
+    seeds = max((figure[2] for figure in figures.values()), default=0)
+    return f"| {row.label} | {row_profile(row, ledger) or '-'} | {seeds}"
+
+
 def _delta(ours, paper, digits: int) -> str:
     if not ours or paper is None:
         return "-"
@@ -295,9 +301,8 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in chosen:
             f = row_figures(r, ledger)
-            n = max((v[2] for v in f.values()), default=0)
             paper = f"{r.paper['map']:.3f} / {r.paper['mrr']:.3f}" if r.paper else "not reported"
-            lines.append(f"| {r.label} | {row_profile(r, ledger) or '-'} | {n} | {_cell(f.get('map'))} "
+            lines.append(f"{_row_start(r, ledger, f)} | {_cell(f.get('map'))} "
                          f"| {_cell(f.get('mrr'))} | {_cell(f.get('p@1'))} | {run_time(r, ledger)} "
                          f"| {hour_cell(r, ledger, 'map')} | {paper} | {_delta(f.get('map'), r.paper.get('map'), 3)} "
                          f"| {r.source or '-'} "
@@ -338,10 +343,9 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in squad:
             f = row_figures(r, ledger)
-            n = max((v[2] for v in f.values()), default=0)
             ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
             theirs_delta = f"{r.paper['f1'] - squad[0].paper['f1']:+.1f}" if r is not squad[0] else "-"
-            lines.append(f"| {r.label} | {row_profile(r, ledger) or '-'} | {n} | {_cell(f.get('em'), '{:.1f}')} "
+            lines.append(f"{_row_start(r, ledger, f)} | {_cell(f.get('em'), '{:.1f}')} "
                          f"| {_cell(f.get('f1'), '{:.1f}')} | {run_time(r, ledger)} "
                          f"| {hour_cell(r, ledger, 'f1', '{:.1f}')} | {r.paper['em']:.1f} / "
                          f"{r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |")

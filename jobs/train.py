@@ -214,13 +214,15 @@ def fetch(source: str, destination: str) -> None:
 def print_dev_figures(summary: dict) -> None:
     """The model's dev figures, and beside them (ranking) what a random and a word-overlap ranking score on the
     same questions."""
+    from training.progress import figure_cells
+
     m = summary["metrics"]
     if not m.get("questions"):
         return
+    names = [name for name in m if name != "questions"]
 
     def shown(figures: dict) -> str:
-        return "  ".join(f"{'P@1' if name == 'p@1' else name.upper()} {figures[name]:.3f}" for name in m
-                         if name != "questions" and figures.get(name) is not None)
+        return "  ".join(figure_cells(figures, names))
 
     print(f"dev {m['questions']} questions:", file=sys.stderr)
     print(f"  {summary['model']:<16}{shown(m)}", file=sys.stderr)

@@ -539,9 +539,7 @@ _WORD = (r"[^\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{202
 def word_counts(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """`len(text.split())` for every text (0 for a null), counted by Arrow's regular expressions in place: no list
     of every word is built (utf8_split_whitespace's lists held a block's every word in the funnel's heap)."""
-    counts = pc.fill_null(pc.count_substring_regex(texts, _WORD), 0)
-    return counts.to_numpy().astype(np.int64) if isinstance(counts, pa.Array) else \
-        np.asarray(counts.combine_chunks().to_numpy(), dtype=np.int64)
+    return pc.fill_null(pc.count_substring_regex(texts, _WORD), 0).to_numpy().astype(np.int64)
 
 
 def _count_threads(batch: pa.Table) -> pa.Table:
@@ -559,7 +557,7 @@ def _count_threads(batch: pa.Table) -> pa.Table:
             counts[key] = counts.get(key, 0) + n
 
     # Columns are filtered one at a time, never the whole batch: a filtered batch copies every text in it.
-    add_counts("status", batch.select(["site", "role", "status"]), ["site", "role", "status"])
+    add_counts("status", batch, ["site", "role", "status"])
     lang_by = batch["lang_by"]
     decided = pc.filter(lang_by, pc.not_equal(lang_by, "none"))
     add_counts("lang", pa.table({"by": pc.if_else(pc.equal(decided, ""), "no_text", decided)}), ["by"])

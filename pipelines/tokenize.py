@@ -6,7 +6,6 @@ across their candidate answers, so each batch tokenises a distinct question once
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import sys

@@ -12,6 +12,7 @@ import torch
 from training.checkpoints import load_checkpoint, resolve_checkpoint
 from training.config import TrainConfig, autocast_dtype
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
+from training.progress import figure_cells
 
 
 def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> dict:
@@ -182,7 +183,6 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
 
 def print_summary(summary: dict) -> None:
     """The figures of a scored split on one stderr line; the JSON summary follows on stdout."""
-    shown = "  ".join(f"{name.upper() if name != 'p@1' else 'P@1'} {value:.4f}"
-                      for name, value in summary["metrics"].items() if name not in ("questions", "skipped"))
+    shown = "  ".join(figure_cells(summary["metrics"], digits=4))
     print(f"{summary['split']}: {shown}  over {summary['metrics']['questions']} questions ({summary['rows']} rows)",
           file=sys.stderr)

@@ -83,9 +83,15 @@ def worker_log_level(level: str) -> None:
         logging.getLogger(train_context.__file__).setLevel(level)
 
 
+def figure_cells(figures: dict, names=None, digits: int = 3) -> list[str]:
+    """`MAP 0.721`-style cells of evaluation figures: those named (in that order), by default every figure but the
+    counts; a figure that is missing or not a number is left out."""
+    names = [n for n in figures if n not in ("questions", "skipped")] if names is None else names
+    return [f"{name.upper()} {figures[name]:.{digits}f}" for name in names
+            if isinstance(figures.get(name), (int, float))]
+
+
 def figures_line(metrics: dict) -> str:
     """Evaluation figures for a person: `MAP 0.721 MRR 0.765 P@1 0.589 (56 questions)`."""
-    shown = [f"{name.upper()} {value:.3f}" for name, value in metrics.items()
-             if name not in ("questions", "skipped") and isinstance(value, (int, float))]
     count = f" ({metrics['questions']:,} questions)" if "questions" in metrics else ""
-    return " ".join(shown) + count
+    return " ".join(figure_cells(metrics)) + count
