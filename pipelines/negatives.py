@@ -76,7 +76,9 @@ def pool_rows(batch: pa.Table, mode: str) -> pa.Table:
     """Candidate answers as `pool` rows keyed by group (one row per group; several in tag mode)."""
     groups, rows = _group_column(batch, mode)
     n = len(rows)
-    taken = batch.select(["qid", "aid", "answer", "score", "site", "split"]).take(pa.array(rows, pa.int64()))
+    taken = batch.select(["qid", "aid", "answer", "score", "site", "split"])
+    if mode == "tag":  # a row per (answer, tag); otherwise the rows as they are, not copied
+        taken = taken.take(pa.array(rows, pa.int64()))
     return pa.table({
         "kind": pa.array(["pool"] * n, pa.string()), "group": groups, "bucket": pa.array(np.full(n, -1, np.int64)),
         "qid": taken["qid"], "aid": taken["aid"], "question": pa.array([""] * n, pa.string()),
@@ -117,9 +119,24 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 def _stream(base: int, count: int) -> list[int]:
     """`count` numbers of the SplitMix64 stream that starts at `base`."""
+    return _streams(np.array([base], dtype=np.uint64), np.array([count]))[0]
+
+
+def _streams(bases: np.ndarray, counts: np.ndarray) -> list[list[int]]:
+    """For each (base, count), `count` numbers of the stream at `base`, all computed in one vectorised call (one
+    call per stream cost 15 us of numpy's overhead, more than the draws)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    numbers = _concatenated_streams(bases, counts)[1].tolist()
+    ends = np.cumsum(counts).tolist()
+    return [numbers[end - n:end] for end, n in zip(ends, counts.tolist())]
+
+
+def _concatenated_streams(bases: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The streams of `_streams` one after another, and for each number the index of its stream."""
+    which = np.repeat(np.arange(len(counts)), counts)
+    step = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
     with np.errstate(over="ignore"):
-        counters = np.uint64(base) + np.arange(count, dtype=np.uint64) * np.uint64(_GOLDEN)
-    return splitmix64(counters).tolist()
+        return which, splitmix64(bases.astype(np.uint64)[which] + step.astype(np.uint64) * np.uint64(_GOLDEN))
 
 
 class RequestNegatives:
@@ -167,10 +184,7 @@ class RequestNegatives:
         counts = wanted[rows]
         # One draw per negative wanted: row r's j-th bucket is splitmix64(hash(seed, aid) + j x golden) mod B_r.
         bases = np.array([_hash64("buckets", self.seed, aids[r]) for r in rows], dtype=np.uint64)
-        which = np.repeat(np.arange(len(rows)), counts)
-        step = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
-        with np.errstate(over="ignore"):
-            draws = splitmix64(bases[which] + step.astype(np.uint64) * np.uint64(_GOLDEN))
+        which, draws = _concatenated_streams(bases, counts)
         bucket = (draws % buckets[rows][which].astype(np.uint64)).astype(np.int64)
         most = int(buckets.max())
         keys, per_key = np.unique(which * most + bucket, return_counts=True)  # (row, bucket) pairs, counted
@@ -186,7 +200,8 @@ class RequestNegatives:
     def _rows(batch: pa.Table, rows: np.ndarray, kind: str, groups: list[str], buckets: np.ndarray,
               wanted: np.ndarray, question_text: bool) -> pa.Table:
         m = len(rows)
-        taken = batch.select(["qid", "question", "site", "split"]).take(pa.array(rows, pa.int64()))
+        taken = batch.select(["qid", "site", "split"] + (["question"] if question_text else [])).take(
+            pa.array(rows, pa.int64()))
         question = taken["question"] if question_text else pa.array([""] * m, pa.string())
         return pa.table({
             "kind": pa.array([kind] * m, pa.string()), "group": pa.array(groups, pa.string()),
@@ -197,11 +212,17 @@ class RequestNegatives:
 
 
 def _draw_without_replacement(base: int, population: int, count: int) -> list[int]:
-    """`count` distinct indices of range(population) in a uniformly random order (a partial Fisher-Yates shuffle
-    kept in a dict, so O(count)), from the SplitMix64 stream at `base`."""
+    """`count` distinct indices of range(population) in a uniformly random order, from the SplitMix64 stream at
+    `base`."""
+    return _shuffle_head(population, _stream(base, count))
+
+
+def _shuffle_head(population: int, stream: list[int]) -> list[int]:
+    """The first len(stream) places of a Fisher-Yates shuffle of range(population) driven by `stream` (a partial
+    shuffle kept in a dict, so O(len(stream)))."""
     swapped: dict[int, int] = {}
     out = []
-    for i, r in enumerate(_stream(base, count)):
+    for i, r in enumerate(stream):
         j = i + r % (population - i)
         out.append(swapped.get(j, j))
         swapped[j] = swapped.get(i, i)
@@ -216,8 +237,12 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     if block.num_rows == 0:
         return NEGATIVES.empty_table()
     is_pool = pc.equal(block["kind"], "pool")
-    pool = block.filter(is_pool)
-    pool = pool.take(pc.sort_indices(pool, [("group", "ascending"), ("bucket", "ascending"), ("aid", "ascending")]))
+    # The pool's keys sorted, and where each sorted row is in the block: the answers' texts are copied once, for
+    # the answers drawn, not by the filter and the sort.
+    pool_rows = np.flatnonzero(is_pool.to_numpy(zero_copy_only=False))
+    pool = block.select(["group", "bucket", "aid", "qid"]).take(pa.array(pool_rows, pa.int64()))
+    order = pc.sort_indices(pool, [("group", "ascending"), ("bucket", "ascending"), ("aid", "ascending")])
+    pool, pool_rows = pool.take(order), pool_rows[order.to_numpy()]
     segments: dict[tuple[str, int], tuple[int, int]] = {}
     groups, pool_buckets, pool_qids = (pool[c].to_pylist() for c in ("group", "bucket", "qid"))
     own: dict[tuple[str, int, str], int] = {}
@@ -231,9 +256,11 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
         .rename_columns({"question_first": "question", "site_first": "site", "split_first": "split"})
     requests = requests.take(pc.sort_indices(requests, [("group", "ascending"), ("bucket", "ascending"),
                                                         ("qid", "ascending"), ("kind", "ascending")]))
-    picked_pool, picked_request, short_request, short_count = [], [], [], []
-    columns = zip(*(requests[c].to_pylist() for c in ("group", "bucket", "kind", "qid", "wanted_sum")))
-    for r, (group, bucket, kind, qid, wanted) in enumerate(columns):
+    short_request, short_count = [], []
+    draws = []  # (request row, bucket start, population, what it asks for, how many it draws)
+    request_qids = requests["qid"].to_pylist()
+    columns = zip(*(requests[c].to_pylist() for c in ("group", "bucket", "kind", "wanted_sum")), request_qids)
+    for r, (group, bucket, kind, wanted, qid) in enumerate(columns):
         if kind == "short":
             short_request.append(r)
             short_count.append(wanted)
@@ -242,16 +269,21 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
         mine = own.get((group, bucket, qid), 0)
         take = max(0, min(wanted, end - start - mine))
         if take:
-            base = _hash64("draw", seed, qid, group, bucket)
-            drawn = _draw_without_replacement(base, end - start, min(end - start, take + mine))
-            chosen = [start + i for i in drawn if pool_qids[start + i] != qid][:take]
-            chosen.sort()  # by answer id
-            picked_pool += chosen
-            picked_request += [r] * len(chosen)
+            draws.append((r, start, end - start, take, min(end - start, take + mine),
+                          _hash64("draw", seed, qid, group, bucket)))
         if take < wanted:
             short_request.append(r)
             short_count.append(wanted - take)
-    answers = pool.select(["aid", "answer", "score"]).take(pa.array(picked_pool, pa.int64()))
+    picked_pool, picked_request = [], []
+    if draws:
+        streams = _streams(np.array([d[5] for d in draws], dtype=np.uint64), np.array([d[4] for d in draws]))
+        for (r, start, population, take, _, _), stream in zip(draws, streams):
+            qid = request_qids[r]
+            chosen = [start + i for i in _shuffle_head(population, stream) if pool_qids[start + i] != qid][:take]
+            chosen.sort()  # by answer id
+            picked_pool += chosen
+            picked_request += [r] * len(chosen)
+    answers = block.select(["aid", "answer", "score"]).take(pa.array(pool_rows[picked_pool], pa.int64()))
     asking = requests.select(["qid", "question", "site", "split"]).take(pa.array(picked_request, pa.int64()))
     drawn = pa.table({"qid": asking["qid"], "question": asking["question"], "aid": answers["aid"],
                       "answer": answers["answer"], "score": answers["score"], "site": asking["site"],

