@@ -24,15 +24,15 @@ answers, accepted-answer links and parents all renumbered), written as plain Pos
 Ours builds one negative per positive, as the references do; our near-duplicate stage is off by default
 (`--dedup near` measures it too: a resampled dump is duplicates by construction). The stage profile gives each
 stage of ours (read, text, language; dedup; threads; funnel; negatives; pairs; shards; card) in microseconds of
-the build's CPUs per post and as a share of the wall time. Memory is the peak, over 0.5 s samples, of the summed
-proportional set size (PSS, shared pages split between processes) of the process and all its children (Ray's
-raylet, object store and workers), and beside it the peak of their summed private memory (USS: heaps, without
-the object store's shared pages), of their heaps (anonymous PSS), and of the heaps of the working processes alone
-(every process but Ray's idle workers, whose number at any moment varies from run to run, each holding about
-100 MB of imports and what its last task left). `heaps_largest_vs_smallest` divides the largest size's peak
-heaps by the smallest's, both ways. Prints a table; the JSON (also written to --json) has `posts_per_s_per_core`,
-`peak_rss_mb` per size, `stage_profile`, `stage1_vs_single_process` and `per_core_vs_released`, and the last line
-printed holds the ratios alone.
+the build's CPUs per post and as a share of the wall time. Memory is the peak, over samples every 2 s, of the
+summed proportional set size (PSS, shared pages split between processes) of the process and all its children
+(Ray's raylet, object store and workers), and beside it the peak of their summed private memory (USS: heaps,
+without the object store's shared pages); and, over samples every 0.5 s, the peak of their heaps (anonymous
+memory) and of the heaps of the working processes alone (every process but Ray's idle workers, whose number at
+any moment varies from run to run, each holding about 100 MB of imports). `heaps_largest_vs_smallest` divides
+the largest size's peak heaps by the smallest's, both ways. Prints a table; the JSON (also written to --json)
+has `posts_per_s_per_core`, `peak_rss_mb` per size, `stage_profile`, `stage1_vs_single_process` and
+`per_core_vs_released`, and the last line printed holds the ratios alone.
 """
 from __future__ import annotations
 
@@ -120,8 +120,9 @@ class PeakMemory:
     memory (USS) and the shared-memory part (Ray's object store, which `--object-store-gb` caps). smaps_rollup
     walks every page table of every process: at 1M posts a pass over Ray's processes took 43 ms of CPU, 8% of a
     core at two passes a second, taken from the two cores the build runs on (its first stage ran 7% slower
-    watched that way), while the status files cost well under 1 ms. PSS is sampled every 2 s by default. Ray's workers are started by exec, not
-    forked, so their anonymous pages are their own and RssAnon is their anonymous PSS."""
+    watched that way), while the status files cost well under 1 ms; PSS is sampled every 2 s by default. Ray's
+    workers are started by exec, not forked, so their anonymous pages are their own and RssAnon is their
+    anonymous PSS."""
 
     FIELDS = {"Pss:": "pss", "Pss_Anon:": "anon", "Pss_Shmem:": "shmem", "Private_Clean:": "uss",
               "Private_Dirty:": "uss"}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
+import time
 from typing import Callable
 
 import numpy as np
@@ -35,6 +37,40 @@ def release_unused_memory() -> None:
             _LIBC = False
     if _LIBC and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
+
+
+_IDLE_TRIMMER: threading.Thread | None = None
+
+
+def trim_when_idle(interval: float = 0.5, now: bool = False) -> None:
+    """Once per process, a daemon thread that calls `release_unused_memory` each time the process goes idle.
+
+    A Ray worker's task can only release what it freed before returning: its output block is handed to Ray after
+    that, and a worker then idles, between stages or while other workers run, holding the heap that block and
+    the task's last allocations left free (idle workers held 110-280 MB each above their imports at the peak of a
+    1M-post build, 1.2 GB in all). Called by the stages that run in workers; the thread wakes every `interval`
+    seconds and trims once after the process used under 5% of a CPU for an interval, so it stays out of the way
+    of the work. `now`: also release at once, for a task that follows another in the same worker (a shuffle's
+    reducer), which never idles between them and would otherwise keep the first one's freed heap."""
+    global _IDLE_TRIMMER
+    if now:
+        release_unused_memory()
+    if _IDLE_TRIMMER is None:
+        _IDLE_TRIMMER = threading.Thread(target=_trim_on_idle, args=(interval, release_unused_memory),
+                                         name="trim-when-idle", daemon=True)
+        _IDLE_TRIMMER.start()
+
+
+def _trim_on_idle(interval: float, trim: Callable[[], None], stop: threading.Event | None = None) -> None:
+    last, trimmed = time.process_time(), True
+    while not (stop.wait(interval) if stop else time.sleep(interval)):
+        now = time.process_time()
+        busy, last = now - last > 0.05 * interval, now
+        if busy:
+            trimmed = False
+        elif not trimmed:
+            trim()
+            trimmed, last = True, time.process_time()
 
 
 def differs_from_previous(table: pa.Table, keys: list[str]) -> np.ndarray:

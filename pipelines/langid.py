@@ -17,6 +17,7 @@ takes 3.8, since langdetect cost as much as fastText over the build's posts whil
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +51,14 @@ def langdetect_probabilities(texts: list[str]) -> list[list | None]:
     return BatchedLangdetect.get().probabilities(texts)
 
 
+def _sums_as_python_adds(rows: np.ndarray) -> np.ndarray:
+    """Each row's sum as Python's `sum` of its floats gives it: left to right up to Python 3.11 (a sequential
+    `np.cumsum`: numpy's `sum` adds pairwise), compensated from 3.12 on (Python's own `sum`, row by row)."""
+    if sys.version_info < (3, 12):
+        return np.cumsum(rows, axis=1)[:, -1]
+    return np.array([sum(row) for row in rows.tolist()])
+
+
 class BatchedLangdetect:
     """langdetect's detector run on many texts at once, giving the same probabilities to the last bit (tested
     against `langdetect.detect_langs` on real texts) at a small part of the cost.
@@ -62,9 +71,8 @@ class BatchedLangdetect:
     odd trials, where Python's `gauss` returns the second value it cached). Those words are drawn once, and the
     texts run in lock step, a trial at a time: each run of draws between two convergence checks is one
     `np.multiply.reduce` over (texts, draws, languages), products taken in the loop's order factor by factor,
-    and the normalisation divides by a sequential sum (`np.cumsum`, as Python's `sum` adds on Python 3.11, where
-    numpy's `sum` would add pairwise). The text preparation (URLs and e-mails removed, n-grams extracted) is
-    langdetect's own `Detector`."""
+    and the normalisation divides by each text's sum as Python's `sum` makes it (`_sums_as_python_adds`). The
+    text preparation (URLs and e-mails removed, n-grams extracted) is langdetect's own `Detector`."""
 
     _instance = None
 
@@ -145,7 +153,7 @@ class BatchedLangdetect:
                 run[:, 0] = prob[active]
                 np.add(table[draws[active, first:i + 1]], weight[active, None, None], out=run[:, 1:])
                 product = np.multiply.reduce(run, axis=1)
-                product /= np.cumsum(product, axis=1)[:, -1:]
+                product /= _sums_as_python_adds(product)[:, None]
                 prob[active] = product
                 done = product.max(axis=1) > threshold
                 if done.any():

@@ -28,6 +28,8 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from pipelines.blocks import trim_when_idle
+
 POOL_MODES = ("site", "any", "tag")
 
 REQUESTS = pa.schema([
@@ -232,6 +234,7 @@ def _shuffle_head(population: int, stream: list[int]) -> list[int]:
 def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     """Negative pairs for every (group, bucket) of a block that holds whole buckets (after a shuffle by them):
     each request draws, without replacement, from its bucket's answers that are not its own question's."""
+    trim_when_idle(now=True)
     import pyarrow.compute as pc
 
     if block.num_rows == 0:

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
-from pipelines.blocks import differs_from_previous, map_groups_in_block, release_unused_memory
+from pipelines.blocks import differs_from_previous, map_groups_in_block, release_unused_memory, trim_when_idle
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
@@ -188,6 +188,7 @@ def analyse_posts(batch: pa.Table, **options) -> pa.Table:
     and then gives its CPU back, so the shuffle after it can always be scheduled (an actor pool holds its CPUs
     for the whole stream; on 2 CPUs that deadlocked), and one big Posts.xml is analysed on every core.
     """
+    trim_when_idle()
     index_ref = options.get("index_ref")
     key = tuple(sorted((k, v) for k, v in options.items() if k != "index_ref")) + (
         tuple(r.hex() for r in index_ref) if index_ref else (),)
@@ -206,6 +207,8 @@ def _thread_key(batch: pa.Table) -> pa.Table:
     return batch.append_column("thread", thread)
 
 
+# `question` is the text of question rows and empty on answer rows (a thread's question text once, not once per
+# answer: it was a third of the threads' bytes); pairs take it from their question row (`build`).
 THREAD_ROWS = pa.schema(
     [
         ("site", pa.string()), ("qid", pa.string()), ("aid", pa.string()), ("role", pa.string()),
@@ -237,6 +240,7 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     question's split: `assemble_thread`'s rules for all threads at once, in Arrow and numpy (a Python dict per
     post cost more than the rest of the stage). The same rows, in the same order, as the thread-by-thread
     reference `assemble_threads_row_by_row`."""
+    trim_when_idle(now=True)
     if block.num_rows == 0:
         return THREAD_ROWS.empty_table()
     post_type = block["post_type"]
@@ -348,8 +352,9 @@ def assemble_threads(block: pa.Table, min_score: int, english_threshold: float, 
     # failures, other post types) as they came (the reference's order).
     order = np.lexsort((np.where(in_thread, np.arange(n), by_thread), copy, segment))
     result = result.take(pa.array(order, pa.int64()))
-    question_text = pc.if_else(pa.array(in_question[order]), pc.take(texts, pa.array(by_thread[q[order]])), "")
-    answer_text = pc.if_else(pa.array((role == "answer")[order]), pc.take(texts, pa.array(by_thread[order])), "")
+    own_text = pc.take(texts, pa.array(by_thread[order]))
+    question_text = pc.if_else(pa.array(is_question[order]), own_text, "")
+    answer_text = pc.if_else(pa.array((role == "answer")[order]), own_text, "")
     result = result.append_column("question", question_text).append_column("answer", answer_text)
     return result.select(THREAD_ROWS.names).cast(THREAD_ROWS)
 
@@ -439,7 +444,7 @@ def _thread_rows(rows: list[dict], min_score: int, english_threshold: float, dev
             status = POSITIVE
             positives += 1
         accepted = answer["id"] == question["accepted_answer_id"]
-        result.append(out(answer, "answer", status, qid, qtext, split, accepted))
+        result.append(out(answer, "answer", status, qid, "", split, accepted))
     if qstatus is None:
         qstatus = KEPT_QUESTION if positives else "question_no_positive"
     result.insert(0, out(question, "question", qstatus, qid, qtext, split))
@@ -561,6 +566,7 @@ def _count_threads(batch: pa.Table) -> pa.Table:
     """Every count the funnel and the data card need from one batch of thread rows, as one JSON row: the
     funnel is then one pass over the data with no shuffle (a groupby per figure costs seconds each). Counted
     with Arrow's group-bys, not row by row."""
+    trim_when_idle()
     counts: dict[str, int] = {}
 
     def add_counts(prefix: str, table: pa.Table, keys: list[str]) -> None:
@@ -695,6 +701,14 @@ ATTRIBUTION = pa.schema(
 )
 
 
+def rows_with_status(batch: pa.Table, statuses: list[str], columns: list[str]) -> pa.Table:
+    """`columns` of the thread rows whose status is one of `statuses`. One function rather than Ray Data's
+    `select_columns` and `filter`: its optimiser runs a filter before a projection, and a filter copies every
+    column it is given (the texts, where only ids were wanted)."""
+    trim_when_idle()
+    return batch.select(columns).filter(pc.is_in(batch["status"], pa.array(statuses, pa.string())))
+
+
 def attribution_rows(batch: pa.Table) -> pa.Table:
     """Thread rows (kept questions and pool answers) as ATTRIBUTION rows, column by column."""
     if batch.num_rows == 0:
@@ -738,10 +752,10 @@ def build(cfg: BuildConfig):
     # The attribution rows (ids, links, authors: small) now, so that nothing needs the threads, the largest
     # table in the object store, once the pairs are made: at 1M posts they filled the store and the shard
     # writes ran against spilled blocks.
-    # Only the columns attribution needs cross the filter (a filter copies every column it is given: the texts).
-    attribution = threads.select_columns(["role", "status", "qid", "aid", "site", "author", "author_id", "licence"])
-    attribution = attribution.filter(expr=((col("role") == "question") & (col("status") == KEPT_QUESTION)) |
-                                     col("status").is_in(list(NEGATIVE_POOL)))
+    attribution = threads.map_batches(
+        rows_with_status, batch_format="pyarrow",
+        fn_kwargs={"statuses": [KEPT_QUESTION, *NEGATIVE_POOL],
+                   "columns": ["role", "status", "qid", "aid", "site", "author", "author_id", "licence"]})
     attribution = attribution.map_batches(attribution_rows, batch_format="pyarrow").materialize()
     stages.done("funnel")
     if stats["posts_in"] == 0:
@@ -749,14 +763,12 @@ def build(cfg: BuildConfig):
         failed = stats["failures"]
         hint = f"; {len(failed)} fetch failures, first: {failed[0]['url']}: {failed[0]['reason']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
-    # The columns each use needs are selected before its filter: a filter copies every column it is given, and
-    # a thread row carries its question's text, which neither the pool nor the requests read.
-    pool = threads.select_columns(["status", *NEGATIVE_COLUMNS, "answer", "score"]).filter(
-        expr=col("status").is_in(list(NEGATIVE_POOL)))
-    asking = threads.select_columns(["status", *NEGATIVE_COLUMNS]).filter(expr=col("status") == POSITIVE)
-    # Not materialised: a filter over the materialised threads is cheap, and a copy of every positive pair's
-    # texts would crowd the object store (spilling at 1M posts) for the two passes that read them.
-    positives = threads.filter(expr=col("status") == POSITIVE)
+    # A thread row carries its question's text, which neither the pool nor the requests read.
+    pool = threads.map_batches(rows_with_status, batch_format="pyarrow",
+                               fn_kwargs={"statuses": list(NEGATIVE_POOL),
+                                          "columns": [*NEGATIVE_COLUMNS, "answer", "score"]})
+    asking = threads.map_batches(rows_with_status, batch_format="pyarrow",
+                                 fn_kwargs={"statuses": [POSITIVE], "columns": list(NEGATIVE_COLUMNS)})
     negatives = sample_negatives(pool, asking, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
                                  bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
                                  question_text=False).materialize()
@@ -764,12 +776,18 @@ def build(cfg: BuildConfig):
         lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
     stages.done("negatives", negatives.count())
     stats["stage_seconds"] = stages.seconds
-    pairs = positives.map_batches(_positive_pairs, batch_format="pyarrow").union(
-        negatives.filter(expr=col("aid") != "").map_batches(_negative_pairs, batch_format="pyarrow"))
+    # The positives are not materialised: a pass over the materialised threads is cheap, and a copy of every
+    # positive pair's texts would crowd the object store (spilling at 1M posts).
+    # Positives and kept questions (which carry the question's text into the shuffle) in one pass over the threads.
+    kept = threads.map_batches(rows_with_status, batch_format="pyarrow", fn_kwargs={
+        "statuses": [POSITIVE, KEPT_QUESTION],
+        "columns": ["status", "qid", "question", "aid", "answer", "score", "accepted", "site", "split"]})
+    pairs = kept.map_batches(_pairs, batch_format="pyarrow").union(
+        negatives.filter(expr=col("aid") != "").map_batches(_pairs, batch_format="pyarrow"))
     # Shards in union order would hold every positive, then every negative: a training stream of one label for
     # thousands of steps. A hash shuffle by question (its partitions stay whole blocks) brings each question's
-    # pairs together, in an order drawn from the seed; negatives cross it without their question's text, which
-    # they take there from the question's positives.
+    # pairs together, in an order drawn from the seed; the pairs cross it without their question's text, which
+    # they take there from their question's row, the only one to carry it.
     pairs = pairs.repartition(_partitions(cfg), keys=["qid"]).map_batches(
         questions_in_seeded_order, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": cfg.seed})
     return pairs, stats, attribution
@@ -779,45 +797,46 @@ _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
 _LENGTH_LABELS = list(length_histogram([]).keys())
 
 
+QUESTION_ROW = -1  # the label of the rows that bring each question's text into the pairs shuffle
+
+
 def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
     """A block of whole questions' pairs, split by split (so that a split's rows are one zero-copy slice when the
     shards are written), within a split questions in an order drawn from (seed, qid), each question's positives
-    first, then its negatives, each by answer id: the same rows in the same order on every run. Negatives come
-    without their question's text and take it from their question's positives."""
+    first, then its negatives, each by answer id: the same rows in the same order on every run. Pairs come without
+    their question's text and take it from their question's row (label QUESTION_ROW), which is then left out."""
+    trim_when_idle(now=True)
     if batch.num_rows == 0:
         return batch
-    qids = batch.column("qid")
-    positive = pc.equal(batch["label"], 1)
-    # Each negative takes its question's text from the question's first positive (all are in this block).
-    source = pc.index_in(qids, value_set=pc.filter(qids, positive))
-    if source.null_count:
-        missing = pc.filter(qids, pc.is_null(source))[0].as_py()
-        raise ValueError(f"negative pairs of question {missing} arrived without any of its positive pairs")
-    text = pc.if_else(positive, batch["question"], pc.take(pc.filter(batch["question"], positive), source))
-    batch = batch.set_column(batch.schema.get_field_index("question"), "question", text)
-    questions = pc.unique(qids)  # a question has many pairs: hash each once
+    is_question = pc.equal(batch["label"], QUESTION_ROW)
+    question_ids, question_texts = pc.filter(batch["qid"], is_question), pc.filter(batch["question"], is_question)
+    rows = np.flatnonzero(~is_question.to_numpy(zero_copy_only=False))
+    keys = batch.select(["split", "qid", "label", "aid"]).take(pa.array(rows, pa.int64()))
+    questions = pc.unique(keys["qid"])  # a question has many pairs: hash each once
     units = pa.array([stable_unit(seed, qid) for qid in questions.to_pylist()], pa.float64())
-    keys = pc.take(units, pc.index_in(qids, value_set=questions))
-    order = pc.sort_indices(pa.table({"split": batch["split"], "key": keys, "qid": batch["qid"],
-                                      "label": batch["label"], "aid": batch["aid"]}),
-                            sort_keys=[("split", "ascending"), ("key", "ascending"), ("qid", "ascending"),
-                                       ("label", "descending"), ("aid", "ascending")])
-    return batch.take(order)
+    keys = keys.append_column("key", pc.take(units, pc.index_in(keys["qid"], value_set=questions)))
+    order = pc.sort_indices(keys, sort_keys=[("split", "ascending"), ("key", "ascending"), ("qid", "ascending"),
+                                             ("label", "descending"), ("aid", "ascending")])
+    pairs = batch.take(pa.array(rows[order.to_numpy()], pa.int64()))
+    source = pc.index_in(pairs["qid"], value_set=question_ids)
+    if source.null_count:
+        missing = pc.filter(pairs["qid"], pc.is_null(source))[0].as_py()
+        raise ValueError(f"pairs of question {missing} arrived without their question's row")
+    return pairs.set_column(pairs.schema.get_field_index("question"), "question", pc.take(question_texts, source))
 
 
-def _positive_pairs(batch: pa.Table) -> pa.Table:
+def _pairs(batch: pa.Table) -> pa.Table:
+    """Thread rows (positives: label 1; kept questions: QUESTION_ROW, the only rows with the question's text) or
+    drawn negatives (no `status`: label 0) as rows of pairs."""
     n = batch.num_rows
+    if "status" in batch.column_names:
+        label = pc.if_else(pc.equal(batch["status"], KEPT_QUESTION), pa.scalar(QUESTION_ROW, pa.int8()),
+                           pa.scalar(1, pa.int8()))
+        accepted = batch["accepted"]
+    else:
+        label, accepted = pa.array(np.zeros(n, np.int8)), pa.array(np.zeros(n, bool))
     return pa.table({"qid": batch["qid"], "question": batch["question"], "aid": batch["aid"],
-                     "answer": batch["answer"], "label": pa.array(np.ones(n, dtype=np.int8)),
-                     "score": batch["score"], "accepted": batch["accepted"], "site": batch["site"],
-                     "split": batch["split"]}).cast(_PAIRS_WITH_SPLIT)
-
-
-def _negative_pairs(batch: pa.Table) -> pa.Table:
-    n = batch.num_rows
-    return pa.table({"qid": batch["qid"], "question": batch["question"], "aid": batch["aid"],
-                     "answer": batch["answer"], "label": pa.array(np.zeros(n, dtype=np.int8)),
-                     "score": batch["score"], "accepted": pa.array(np.zeros(n, dtype=bool)),
+                     "answer": batch["answer"], "label": label, "score": batch["score"], "accepted": accepted,
                      "site": batch["site"], "split": batch["split"]}).cast(_PAIRS_WITH_SPLIT)
 
 
@@ -848,6 +867,7 @@ def _summarise_pairs_block(block: pa.Table) -> dict:
 def _write_pair_shard(path: str, split: str, row_group_rows: int, *blocks: pa.Table) -> int:
     """One shard: `split`'s rows of `blocks` (slices of the object store's blocks, so nothing is copied but a row
     group at a time), to `path` through a temporary name; returns the rows written."""
+    trim_when_idle()
     import pyarrow.parquet as pq
 
     rows, temporary = 0, path + ".tmp"

@@ -74,6 +74,10 @@ def init_local_ray(**kwargs) -> None:
         # environment, so naming this instance's dashboard here answers them all.
         kwargs["dashboard_port"] = free_port()
         os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{kwargs['dashboard_port']}"
+    # Every worker, Ray Data's own shuffle workers included (our stages start it only in the workers that run
+    # them), hands its freed heap back when it falls idle (pipelines.blocks.trim_when_idle): at the peak of a
+    # 1M-post StackExchangeQA build idle workers held 1.2-1.4 GB of heap without it, 0.8 GB with it.
+    kwargs.setdefault("runtime_env", {}).setdefault("worker_process_setup_hook", "pipelines.blocks.trim_when_idle")
     ray.init(address="local", **kwargs)
 
 

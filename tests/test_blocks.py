@@ -49,3 +49,34 @@ def test_workers_use_the_allocators_that_return_memory(ray_local, monkeypatch):
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # a job's own setting wins
     assert worker_env() == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
+def test_idle_trimmer_trims_once_each_time_the_process_goes_idle():
+    """The worker-side trimmer: nothing while the process works, one trim when it falls idle, none while it stays
+    idle, and one again after the next spell of work."""
+    import threading
+    import time
+
+    from pipelines.blocks import _trim_on_idle
+
+    def work(seconds):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    trims, stop = [], threading.Event()
+    thread = threading.Thread(target=_trim_on_idle, args=(0.1, lambda: trims.append(1), stop), daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.35)
+        assert trims == []  # idle from the start: nothing was freed by work yet
+        work(0.5)
+        assert trims == []
+        time.sleep(0.5)
+        assert trims == [1]
+        work(0.3)
+        time.sleep(0.5)
+        assert trims == [1, 1]
+    finally:
+        stop.set()
+        thread.join()

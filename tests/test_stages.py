@@ -278,14 +278,15 @@ def _pairs_block(questions: int = 60, seed: int = 3) -> pa.Table:
     import random
 
     rng = random.Random(seed)
-    positives, negatives = [], []
+    positives, negatives, question_rows = [], [], []
     for q in range(questions):
         qid, split = f"beer:{q}", split_of("beer", q, 0.2, 0.2)
+        question_rows.append((qid, f"question {q}", "", -1, split))  # the only row with the question's text
         for a in range(rng.randint(1, 3)):
-            positives.append((qid, f"question {q}", f"beer:{q}-{a}", 1, split))
+            positives.append((qid, "", f"beer:{q}-{a}", 1, split))
         for a in range(rng.randint(0, 3)):
             negatives.append((qid, "", f"beer:n{rng.randint(0, 999)}-{q}-{a}", 0, split))
-    rows = positives + negatives
+    rows = positives + negatives + question_rows
     n = len(rows)
     return pa.table({"qid": [r[0] for r in rows], "question": [r[1] for r in rows], "aid": [r[2] for r in rows],
                      "answer": [f"answer {r[2]}" for r in rows], "label": pa.array([r[3] for r in rows], pa.int8()),
@@ -308,8 +309,12 @@ def test_a_split_of_seeded_order_is_that_splits_rows_in_their_own_seeded_order()
         sliced = split_pairs(ordered, split)
         assert sliced.schema == QA_PAIRS
         assert sliced.equals(conform(alone.drop_columns(["split"]), QA_PAIRS, "expected")), split
-        assert all(q for q in sliced["question"].to_pylist())  # negatives took their question's text
+        assert sliced["question"].to_pylist() == [f"question {qid.split(':')[1]}" for qid in sliced["qid"].to_pylist()]
+        assert -1 not in sliced["label"].to_pylist()  # the question rows are left out
     assert split_pairs(ordered.filter(pc.not_equal(ordered["split"], "dev")), "dev").num_rows == 0
+    without = block.filter(pc.invert(pc.and_(pc.equal(block["qid"], "beer:3"), pc.equal(block["label"], -1))))
+    with pytest.raises(ValueError, match="pairs of question beer:3 arrived without their question's row"):
+        questions_in_seeded_order(without, seed=7)
 
 
 def test_split_pairs_refuses_a_block_whose_split_is_not_contiguous():
