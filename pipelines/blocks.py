@@ -62,8 +62,9 @@ def trim_when_idle(interval: float = 0.5, now: bool = False) -> None:
 
 
 def _trim_on_idle(interval: float, trim: Callable[[], None], stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()  # a worker's trimmer runs for the life of its process
     last, trimmed = time.process_time(), True
-    while not (stop.wait(interval) if stop else time.sleep(interval)):
+    while not stop.wait(interval):
         now = time.process_time()
         busy, last = now - last > 0.05 * interval, now
         if busy:

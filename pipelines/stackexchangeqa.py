@@ -776,9 +776,8 @@ def build(cfg: BuildConfig):
         lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
     stages.done("negatives", negatives.count())
     stats["stage_seconds"] = stages.seconds
-    # The positives are not materialised: a pass over the materialised threads is cheap, and a copy of every
-    # positive pair's texts would crowd the object store (spilling at 1M posts).
-    # Positives and kept questions (which carry the question's text into the shuffle) in one pass over the threads.
+    # Positives and kept questions (which carry the question's text into the shuffle), read in one pass over the
+    # threads and not materialised: a copy of their texts would crowd the object store (spilling at 1M posts).
     kept = threads.map_batches(rows_with_status, batch_format="pyarrow", fn_kwargs={
         "statuses": [POSITIVE, KEPT_QUESTION],
         "columns": ["status", "qid", "question", "aid", "answer", "score", "accepted", "site", "split"]})
