@@ -172,7 +172,7 @@ class PeakMemory:
     def _sample(self) -> None:
         full = self.samples % self.full_every == 0
         self.samples += 1
-        heap, working, heap_by_name = 0, 0, {}  # working: heaps of the processes that are not idle Ray workers
+        heap, working, heap_by_name, processes = 0, 0, {}, {}  # working: heaps of all but idle Ray workers
         totals, pss_by_name = {"pss": 0, "anon": 0, "shmem": 0, "uss": 0}, {}
         for proc, name in self._processes():
             try:
@@ -183,13 +183,16 @@ class PeakMemory:
             heap += anonymous
             working += 0 if name.startswith("ray::IDLE") else anonymous
             heap_by_name[name] = heap_by_name.get(name, 0) + anonymous
+            processes[name] = processes.get(name, 0) + 1
             if sums:
                 for key in totals:
                     totals[key] += sums[key]
                 pss_by_name[name] = pss_by_name.get(name, 0) + sums["pss"]
         self.peak_working_heap = max(self.peak_working_heap, working)
         if heap > self.peak_heap:
-            self.peak_heap, self.heap_at_peak = heap, self._top(heap_by_name)
+            # how many processes of each name: idle workers add up, and their number is what grows
+            self.peak_heap, self.heap_at_peak = heap, self._top(
+                {f"{name} x{processes[name]}" if processes[name] > 1 else name: n for name, n in heap_by_name.items()})
         if full:
             self.peak_private = max(self.peak_private, totals["uss"])
             self.peak_store = max(self.peak_store, totals["shmem"])

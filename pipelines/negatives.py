@@ -300,17 +300,19 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     return pa.concat_tables([drawn.cast(NEGATIVES), shortfall.cast(NEGATIVES)])
 
 
+def group_sizes(batch: pa.Table, mode: str) -> pa.Table:
+    """A batch of pool answers' groups and how many answers each holds (`group`, `count`)."""
+    import pyarrow.compute as pc
+
+    groups, _ = _group_column(batch, mode)
+    counts = pc.value_counts(groups)
+    return pa.table({"group": counts.field("values").cast(pa.string()), "count": counts.field("counts").cast(pa.int64())})
+
+
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
     """Answers per pool group, counted per batch and summed on the driver (no shuffle)."""
-    def count(batch: pa.Table) -> pa.Table:
-        import pyarrow.compute as pc
-
-        groups, _ = _group_column(batch, mode)
-        counts = pc.value_counts(groups)
-        return pa.table({"group": counts.field("values"), "count": counts.field("counts").cast(pa.int64())})
-
     sizes: dict[str, int] = {}
-    for row in pool.map_batches(count, batch_format="pyarrow").take_all():
+    for row in pool.map_batches(group_sizes, batch_format="pyarrow", fn_kwargs={"mode": mode}).take_all():
         sizes[row["group"]] = sizes.get(row["group"], 0) + row["count"]
     return sizes
 
@@ -336,26 +338,44 @@ def request_negatives(batch: pa.Table, sizes_ref, **options) -> pa.Table:
     return _cached(RequestNegatives, sizes_ref, **options)(batch)
 
 
+def pool_and_requests(batch: pa.Table, sizes_ref, bucket_size: int, asks: str, **options) -> pa.Table:
+    """A batch of pool answers as bucketed `pool` rows, and the `request` rows of those whose boolean column
+    `asks` is set (positives that are pool answers too)."""
+    asking = batch.drop_columns(["answer", asks]).filter(batch[asks])  # a request reads no answer text
+    pool = assign_buckets(pool_rows(batch.drop_columns([asks]), options["mode"]), sizes_ref, bucket_size)
+    return pa.concat_tables([pool, request_negatives(asking, sizes_ref, bucket_size=bucket_size, **options)])
+
+
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
-                     partitions: int = 8, question_text: bool = True):
+                     partitions: int = 8, question_text: bool = True, pool_sizes: dict[str, int] | None = None):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
     and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket).
 
+    `positives` may instead name a boolean column of `pool` that marks the positives among its answers (as in
+    StackExchangeQA, where every positive is a candidate negative for other questions): the pool is then read
+    once for both, where two datasets cost two passes over their source.
+
     `question_text=False` leaves `question` empty: the asking question's text would cross the shuffle once per
     request and the caller's next shuffle once per negative (15.7 times a positive at the paper's rate), where a
-    caller that brings each question's pairs together anyway can take it from the question's positives."""
+    caller that brings each question's pairs together anyway can take it from the question's positives.
+    `pool_sizes` (answers per pool group, as `count_pool_groups` gives them) spares a pass over `pool` where the
+    caller has counted them already."""
     import ray
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-    sizes_ref = [ray.put(count_pool_groups(pool, mode))]
+    sizes_ref = [ray.put(count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes)]
+    options = {"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
+               "question_text": question_text}
     # Task functions, not actor pools: actors would hold their CPUs through the shuffle that follows.
-    bucketed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).map_batches(
-        assign_buckets, batch_format="pyarrow", fn_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
-    requests = positives.map_batches(
-        request_negatives, batch_format="pyarrow",
-        fn_kwargs={"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
-                   "question_text": question_text})
+    if isinstance(positives, str):
+        candidates = pool.map_batches(pool_and_requests, batch_format="pyarrow", fn_kwargs={**options,
+                                                                                            "asks": positives})
+    else:
+        bucketed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).map_batches(
+            assign_buckets, batch_format="pyarrow", fn_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
+        candidates = bucketed.union(positives.map_batches(request_negatives, batch_format="pyarrow",
+                                                          fn_kwargs=options))
     # groupby().map_groups(), with the buckets of a partition sampled in one call.
-    return bucketed.union(requests).repartition(partitions, keys=["group", "bucket"]).map_batches(
+    return candidates.repartition(partitions, keys=["group", "bucket"]).map_batches(
         sample_buckets, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": seed})

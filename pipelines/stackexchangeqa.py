@@ -46,8 +46,9 @@ from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
-from pipelines.negatives import POOL_MODES, sample_negatives
+from pipelines.negatives import POOL_MODES, group_sizes, sample_negatives
 from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, conform
+from pipelines.shards import write_parquet_atomically
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -562,10 +563,10 @@ def word_counts(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.concatenate(counts)
 
 
-def _count_threads(batch: pa.Table) -> pa.Table:
-    """Every count the funnel and the data card need from one batch of thread rows, as one JSON row: the
-    funnel is then one pass over the data with no shuffle (a groupby per figure costs seconds each). Counted
-    with Arrow's group-bys, not row by row."""
+def _count_threads(batch: pa.Table, pool_mode: str = "site") -> pa.Table:
+    """Every count the funnel, the data card and the negative sampler (answers per pool group under `pool_mode`)
+    need from one batch of thread rows, as one JSON row: the funnel is then one pass over the data with no
+    shuffle (a groupby per figure costs seconds each). Counted with Arrow's group-bys, not row by row."""
     trim_when_idle()
     counts: dict[str, int] = {}
 
@@ -599,6 +600,11 @@ def _count_threads(batch: pa.Table) -> pa.Table:
                                        "bin": pa.array(np.asarray(_LENGTH_LABELS)[bins], pa.string())}),
                    ["role", "bin"])
     add_counts("questions", pa.table({"split": pc.filter(batch["split"], kept_question)}), ["split"])
+    in_pool = pc.is_in(status, pa.array(list(NEGATIVE_POOL)))
+    pool = batch.select(["split", "site", "tags"] if pool_mode == "tag" else ["split", "site"]).filter(in_pool)
+    for group, n in zip(*group_sizes(pool, pool_mode).columns):
+        key = f"pool\x1f{group.as_py()}"
+        counts[key] = counts.get(key, 0) + n.as_py()
     failed = pc.equal(status, "fetch_failed")
     failures = [{"url": url, "reason": reason} for url, reason in
                 zip(pc.filter(batch["origin"], failed).to_pylist(), pc.filter(batch["detail"], failed).to_pylist())]
@@ -612,18 +618,43 @@ def _length_label(words: int) -> str:
     return _LENGTH_LABELS[-1]
 
 
-def funnel(threads) -> dict:
-    """Count posts by role and status (every post once), per site, by language model, test-set overlap,
-    licence, length and split, and list the fetch failures (`failures`: URL and reason), in one pass."""
+def _summarise_threads(block: pa.Table, pool_mode: str) -> tuple[pa.Table, pa.Table]:
+    """A block of thread rows' counts (`_count_threads`) and attribution rows, from one read of the block."""
+    attribution = attribution_rows(rows_with_status(block, statuses=[KEPT_QUESTION, *NEGATIVE_POOL], columns=[
+        "role", "status", "qid", "aid", "site", "author", "author_id", "licence"]))
+    return _count_threads(block, pool_mode), attribution
+
+
+def summarise_threads(threads, pool_mode: str):
+    """The funnel (`funnel`), the answers per negative-pool group, and the attribution rows (a dataset), in one
+    pass over the materialised threads: a task per block with two results, the counts and the attribution rows
+    (a Ray Data map has one output, so these were two passes, and at 1M posts every pass over the threads
+    restores the blocks the object store has spilled)."""
+    import ray
+    import ray.data
+
+    summarise = ray.remote(num_cpus=1, num_returns=2)(_summarise_threads)
+    results = [summarise.remote(block, pool_mode) for block in threads.to_arrow_refs()]
+    counts = ray.get([c for c, _ in results])
+    stats = funnel(counts)
+    attribution = ray.data.from_arrow_refs([a for _, a in results]) if results else \
+        ray.data.from_arrow(ATTRIBUTION.empty_table())
+    return stats, stats.pop("pool_groups"), attribution
+
+
+def funnel(counts: list[pa.Table]) -> dict:
+    """Posts by role and status (every post once), per site, by language model, test-set overlap, licence,
+    length and split, the fetch failures (`failures`: URL and reason), and answers per negative-pool group
+    (`pool_groups`), from `_count_threads`' rows."""
     totals: dict[str, int] = {}
     failures: list[dict] = []
-    for row in threads.map_batches(_count_threads, batch_format="pyarrow").take_all():
+    for row in (row for table in counts for row in table.to_pylist()):
         for key, n in json.loads(row["counts"]).items():
             totals[key] = totals.get(key, 0) + n
         failures += json.loads(row["failures"])
     by_status: dict[tuple[str, str], int] = {}
     per_site: dict[str, dict[str, int]] = {}
-    lang, overlap, licences, questions_per_split = {}, {}, {}, {}
+    lang, overlap, licences, questions_per_split, pool_groups = {}, {}, {}, {}, {}
     lengths = {role: dict.fromkeys(_LENGTH_LABELS, 0) for role in ("question", "answer")}
     for key, n in sorted(totals.items()):
         kind, *parts = key.split("\x1f")
@@ -646,6 +677,8 @@ def funnel(threads) -> dict:
             lengths[parts[0]][parts[1]] = n
         elif kind == "questions":
             questions_per_split[parts[0]] = n
+        elif kind == "pool":
+            pool_groups[parts[0]] = n
 
     def section(role: str, kept: str | None) -> dict:
         total = sum(n for (r, _), n in by_status.items() if r == role)
@@ -666,6 +699,7 @@ def funnel(threads) -> dict:
         "questions_per_split": questions_per_split,
         "drop_reasons": DROP_REASONS,
         "failures": failures,
+        "pool_groups": pool_groups,
     }
 
 
@@ -709,6 +743,13 @@ def rows_with_status(batch: pa.Table, statuses: list[str], columns: list[str]) -
     return batch.select(columns).filter(pc.is_in(batch["status"], pa.array(statuses, pa.string())))
 
 
+def negative_candidates(batch: pa.Table) -> pa.Table:
+    """Thread rows as the negative sampler's pool (answers with a status of NEGATIVE_POOL), the positives among
+    them marked in `asks`: they ask for negatives and are candidates for other questions' alike."""
+    pool = rows_with_status(batch, list(NEGATIVE_POOL), [*NEGATIVE_COLUMNS, "answer", "score", "status"])
+    return pool.append_column("asks", pc.equal(pool["status"], POSITIVE)).drop_columns(["status"])
+
+
 def attribution_rows(batch: pa.Table) -> pa.Table:
     """Thread rows (kept questions and pool answers) as ATTRIBUTION rows, column by column."""
     if batch.num_rows == 0:
@@ -748,15 +789,10 @@ def build(cfg: BuildConfig):
     _bound_shuffle_memory(cfg)
     stages = _Stages()
     threads = threads_dataset(cfg, stages)
-    stats = funnel(threads)
     # The attribution rows (ids, links, authors: small) now, so that nothing needs the threads, the largest
     # table in the object store, once the pairs are made: at 1M posts they filled the store and the shard
     # writes ran against spilled blocks.
-    attribution = threads.map_batches(
-        rows_with_status, batch_format="pyarrow",
-        fn_kwargs={"statuses": [KEPT_QUESTION, *NEGATIVE_POOL],
-                   "columns": ["role", "status", "qid", "aid", "site", "author", "author_id", "licence"]})
-    attribution = attribution.map_batches(attribution_rows, batch_format="pyarrow").materialize()
+    stats, pool_sizes, attribution = summarise_threads(threads, cfg.negative_pool)
     stages.done("funnel")
     if stats["posts_in"] == 0:
         sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
@@ -764,14 +800,10 @@ def build(cfg: BuildConfig):
         hint = f"; {len(failed)} fetch failures, first: {failed[0]['url']}: {failed[0]['reason']}" if failed else ""
         raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
     # A thread row carries its question's text, which neither the pool nor the requests read.
-    pool = threads.map_batches(rows_with_status, batch_format="pyarrow",
-                               fn_kwargs={"statuses": list(NEGATIVE_POOL),
-                                          "columns": [*NEGATIVE_COLUMNS, "answer", "score"]})
-    asking = threads.map_batches(rows_with_status, batch_format="pyarrow",
-                                 fn_kwargs={"statuses": [POSITIVE], "columns": list(NEGATIVE_COLUMNS)})
-    negatives = sample_negatives(pool, asking, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
+    candidates = threads.map_batches(negative_candidates, batch_format="pyarrow")
+    negatives = sample_negatives(candidates, "asks", k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
                                  bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
-                                 question_text=False).materialize()
+                                 question_text=False, pool_sizes=pool_sizes).materialize()
     stats["negatives_short"] = sum(r["short"] for r in negatives.map_batches(
         lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
     stages.done("negatives", negatives.count())
@@ -863,20 +895,11 @@ def _summarise_pairs_block(block: pa.Table) -> dict:
             "counts": list(zip(counts["split"].to_pylist(), counts["label"].to_pylist(), counts["count_all"].to_pylist()))}
 
 
-def _write_pair_shard(path: str, split: str, row_group_rows: int, *blocks: pa.Table) -> int:
+def _write_pair_shard(path: str, split: str, *blocks: pa.Table) -> int:
     """One shard: `split`'s rows of `blocks` (slices of the object store's blocks, so nothing is copied but a row
     group at a time), to `path` through a temporary name; returns the rows written."""
     trim_when_idle()
-    import pyarrow.parquet as pq
-
-    rows, temporary = 0, path + ".tmp"
-    with pq.ParquetWriter(temporary, QA_PAIRS, compression="zstd") as writer:
-        for block in blocks:
-            piece = split_pairs(block, split)
-            for first in range(0, piece.num_rows, row_group_rows):
-                writer.write_table(piece.slice(first, row_group_rows), row_group_size=row_group_rows)
-            rows += piece.num_rows
-    os.replace(temporary, path)
+    rows = write_parquet_atomically(path, QA_PAIRS, (split_pairs(block, split) for block in blocks))
     release_unused_memory()
     return rows
 
@@ -912,7 +935,7 @@ def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_
                 rows += here
             if shard and (rows >= rows_per_shard or position == len(blocks)):
                 path = os.path.join(target, f"part-{shards:05d}.parquet")
-                pending.append((split, rows, write.remote(path, split, ROW_GROUP_ROWS, *shard)))
+                pending.append((split, rows, write.remote(path, split, *shard)))
                 shard, rows, shards = [], 0, shards + 1
         positive, negative = totals.get((split, 1), 0), totals.get((split, 0), 0)
         result[split] = {"questions": questions_per_split.get(split, 0), "rows": positive + negative,

@@ -68,6 +68,25 @@ def test_result_does_not_depend_on_partitioning(ray_local):
     assert sorted(map(key, first)) == sorted(map(key, second))
 
 
+@pytest.mark.parametrize("mode", ["site", "tag"])
+def test_positives_marked_in_the_pool_draw_what_a_dataset_of_positives_draws(ray_local, mode):
+    """One pass over a pool whose positives are marked (as the build reads its threads) gives the negatives and
+    shortfalls of a pool and a separate dataset of positives."""
+    import ray.data
+
+    positives, pool = _threads(n_questions=40)
+    tiny_positives, tiny_pool = _threads(n_questions=3, answers_per_question=2, sites=("c.com",))  # a shortfall
+    positives, pool = positives + tiny_positives, pool + tiny_pool
+    separate, separate_short = _sample(ray_local, 3, mode, bucket_size=16, partitions=3, positives=positives,
+                                       pool=pool)
+    marked = [dict(r, asks=r["status"] == "positive") for r in pool]
+    rows = sample_negatives(ray.data.from_items(marked, override_num_blocks=3), "asks", k=3, seed=5, mode=mode,
+                            bucket_size=16, partitions=2).take_all()
+    key = lambda r: (r["qid"], r["aid"], r["split"])  # noqa: E731
+    assert sorted(map(key, (r for r in rows if r["aid"]))) == sorted(map(key, separate)) and separate
+    assert sum(r["short"] for r in rows) == separate_short > 0
+
+
 def test_fractional_k_and_shortfall(ray_local):
     positives, pool = _threads(n_questions=200, answers_per_question=2)
     negatives, short = _sample(ray_local, 2.5, "site", bucket_size=64, partitions=2, positives=positives, pool=pool)

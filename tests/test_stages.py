@@ -187,9 +187,9 @@ def test_conform_and_file_check(tmp_path):
         check_parquet_files([str(path)], QA_PAIRS)
 
 
-def _counts_row_by_row(batch: pa.Table) -> dict:
+def _counts_row_by_row(batch: pa.Table, pool_mode: str = "site") -> dict:
     """The funnel's counts as the build first made them, one row at a time: the reference for `_count_threads`."""
-    from pipelines.stackexchangeqa import KEPT_QUESTION, POSITIVE, _length_label
+    from pipelines.stackexchangeqa import KEPT_QUESTION, NEGATIVE_POOL, POSITIVE, _length_label
 
     counts: dict[str, int] = {}
 
@@ -209,6 +209,10 @@ def _counts_row_by_row(batch: pa.Table) -> dict:
             add(f"length\x1f{r['role']}\x1f{_length_label(len(text.split()))}")
         if r["status"] == KEPT_QUESTION:
             add(f"questions\x1f{r['split']}")
+        if r["status"] in NEGATIVE_POOL:  # the negative sampler's groups: split and site, split, split/site/tag
+            for group in {"site": [f"{r['split']}|{r['site']}"], "any": [r["split"]],
+                          "tag": [f"{r['split']}|{r['site']}|{tag}" for tag in r["tags"] or []]}[pool_mode]:
+                add(f"pool\x1f{group}")
     return counts
 
 
@@ -232,6 +236,8 @@ def test_funnel_counts_are_the_row_by_row_counts(beer_dump):
                  ("question", "question", "", "", "none", "")]]
     batch = pa.concat_tables([threads, pa.Table.from_pylist(extra, schema=THREAD_ROWS)])
     assert json.loads(_count_threads(batch)["counts"][0].as_py()) == _counts_row_by_row(batch)
+    for mode in ("any", "tag"):
+        assert json.loads(_count_threads(batch, mode)["counts"][0].as_py()) == _counts_row_by_row(batch, mode), mode
 
 
 def test_threads_assembled_at_once_are_the_thread_by_thread_reference(beer_dump):
