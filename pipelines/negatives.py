@@ -55,7 +55,7 @@ def buckets_for(count: int, bucket_size: int) -> int:
     return max(1, math.ceil(count / bucket_size))
 
 
-def _group_column(batch: pa.Table, mode: str) -> tuple[pa.Array, np.ndarray]:
+def pool_groups(batch: pa.Table, mode: str) -> tuple[pa.Array, np.ndarray]:
     """Each row's pool groups as one string array, and for each of them the index of its row (several groups a
     row in tag mode, one otherwise)."""
     import pyarrow.compute as pc
@@ -76,7 +76,7 @@ def _group_column(batch: pa.Table, mode: str) -> tuple[pa.Array, np.ndarray]:
 
 def pool_rows(batch: pa.Table, mode: str) -> pa.Table:
     """Candidate answers as `pool` rows keyed by group (one row per group; several in tag mode)."""
-    groups, rows = _group_column(batch, mode)
+    groups, rows = pool_groups(batch, mode)
     n = len(rows)
     taken = batch.select(["qid", "aid", "answer", "score", "site", "split"])
     if mode == "tag":  # a row per (answer, tag); otherwise the rows as they are, not copied
@@ -166,7 +166,7 @@ class RequestNegatives:
         n = batch.num_rows
         if n == 0:
             return REQUESTS.empty_table()
-        groups, parents = _group_column(batch, self.mode)
+        groups, parents = pool_groups(batch, self.mode)
         choices: list[list[str]] = [[] for _ in range(n)]
         for group, row in zip(groups.to_pylist(), parents.tolist()):
             if self.sizes.get(group):
@@ -300,19 +300,17 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
     return pa.concat_tables([drawn.cast(NEGATIVES), shortfall.cast(NEGATIVES)])
 
 
-def group_sizes(batch: pa.Table, mode: str) -> pa.Table:
-    """A batch of pool answers' groups and how many answers each holds (`group`, `count`)."""
-    import pyarrow.compute as pc
-
-    groups, _ = _group_column(batch, mode)
-    counts = pc.value_counts(groups)
-    return pa.table({"group": counts.field("values").cast(pa.string()), "count": counts.field("counts").cast(pa.int64())})
-
-
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
     """Answers per pool group, counted per batch and summed on the driver (no shuffle)."""
+    def count(batch: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        groups, _ = pool_groups(batch, mode)
+        counts = pc.value_counts(groups)
+        return pa.table({"group": counts.field("values"), "count": counts.field("counts").cast(pa.int64())})
+
     sizes: dict[str, int] = {}
-    for row in pool.map_batches(group_sizes, batch_format="pyarrow", fn_kwargs={"mode": mode}).take_all():
+    for row in pool.map_batches(count, batch_format="pyarrow").take_all():
         sizes[row["group"]] = sizes.get(row["group"], 0) + row["count"]
     return sizes
 

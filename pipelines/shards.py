@@ -65,6 +65,20 @@ def write_parquet_atomically(path: str, schema: pa.Schema, pieces: Iterable[pa.T
     return rows
 
 
+def consecutive_groups(sizes: list[int], at_least: int) -> list[list[int]]:
+    """The positions of `sizes` (rows per block, in order) gathered into runs of consecutive non-empty blocks that
+    hold at least `at_least` rows each, but the last, which takes what remains: the blocks of each shard."""
+    groups, group, rows = [], [], 0
+    for position, n in enumerate(sizes):
+        if n:
+            group.append(position)
+            rows += n
+        if group and (rows >= at_least or position == len(sizes) - 1):
+            groups.append(group)
+            group, rows = [], 0
+    return groups
+
+
 def _block_rows(block: pa.Table) -> int:
     return block.num_rows
 
@@ -94,15 +108,11 @@ def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict
     directory = os.path.join(staging, split)
     os.makedirs(directory, exist_ok=True)
     write = ray.remote(num_cpus=1)(_write_shard)
-    planned, shard, rows = [], [], 0
-    for position, (ref, n) in enumerate(zip(refs, sizes), 1):
-        if n:
-            shard.append(ref)
-            rows += n
-        if shard and (rows >= target or position == len(refs)):
-            name = f"part-{len(planned):05d}.parquet"
-            planned.append((name, rows, write.remote(os.path.join(directory, name), schema, *shard)))
-            shard, rows = [], 0
+    planned = []
+    for number, group in enumerate(consecutive_groups(sizes, target)):
+        name = f"part-{number:05d}.parquet"
+        planned.append((name, sum(sizes[i] for i in group),
+                        write.remote(os.path.join(directory, name), schema, *(refs[i] for i in group))))
     files = []
     for name, rows, ref in planned:
         written = ray.get(ref)

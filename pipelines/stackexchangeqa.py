@@ -46,9 +46,9 @@ from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
-from pipelines.negatives import POOL_MODES, group_sizes, sample_negatives
+from pipelines.negatives import POOL_MODES, pool_groups, sample_negatives
 from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, conform
-from pipelines.shards import write_parquet_atomically
+from pipelines.shards import consecutive_groups, write_parquet_atomically
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -602,9 +602,7 @@ def _count_threads(batch: pa.Table, pool_mode: str = "site") -> pa.Table:
     add_counts("questions", pa.table({"split": pc.filter(batch["split"], kept_question)}), ["split"])
     in_pool = pc.is_in(status, pa.array(list(NEGATIVE_POOL)))
     pool = batch.select(["split", "site", "tags"] if pool_mode == "tag" else ["split", "site"]).filter(in_pool)
-    for group, n in zip(*group_sizes(pool, pool_mode).columns):
-        key = f"pool\x1f{group.as_py()}"
-        counts[key] = counts.get(key, 0) + n.as_py()
+    add_counts("pool", pa.table({"group": pool_groups(pool, pool_mode)[0]}), ["group"])
     failed = pc.equal(status, "fetch_failed")
     failures = [{"url": url, "reason": reason} for url, reason in
                 zip(pc.filter(batch["origin"], failed).to_pylist(), pc.filter(batch["detail"], failed).to_pylist())]
@@ -927,19 +925,15 @@ def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_
     for split in SPLITS:
         target = os.path.join(directory, split)
         os.makedirs(target, exist_ok=True)
-        shard, rows, shards = [], 0, 0
-        for position, (_, ref, counts) in enumerate(blocks, 1):
-            here = sum(n for s, _, n in counts if s == split)
-            if here:
-                shard.append(ref)
-                rows += here
-            if shard and (rows >= rows_per_shard or position == len(blocks)):
-                path = os.path.join(target, f"part-{shards:05d}.parquet")
-                pending.append((split, rows, write.remote(path, split, *shard)))
-                shard, rows, shards = [], 0, shards + 1
+        here = [sum(n for s, _, n in counts if s == split) for _, _, counts in blocks]
+        groups = consecutive_groups(here, rows_per_shard)
+        for number, group in enumerate(groups):
+            path = os.path.join(target, f"part-{number:05d}.parquet")
+            shard = write.remote(path, split, *(blocks[i][1] for i in group))
+            pending.append((split, sum(here[i] for i in group), shard))
         positive, negative = totals.get((split, 1), 0), totals.get((split, 0), 0)
         result[split] = {"questions": questions_per_split.get(split, 0), "rows": positive + negative,
-                         "positive": positive, "negative": negative, "shards": shards}
+                         "positive": positive, "negative": negative, "shards": len(groups)}
     for split, planned, ref in pending:
         written = ray.get(ref)
         if written != planned:

@@ -79,3 +79,11 @@ def test_shards_hold_the_datasets_rows_in_its_order(ray_local, tmp_path):
     assert sorted(os.listdir(tmp_path / "train")) == [os.path.basename(f["path"]) for f in files]
     empty = write_shards(ray.data.from_arrow([blocks[1]]), str(tmp_path), "dev", cfg)
     assert empty == [] and not (tmp_path / "dev").exists()
+
+
+def test_shards_gather_consecutive_blocks_until_they_hold_enough_rows():
+    from pipelines.shards import consecutive_groups
+
+    assert consecutive_groups([3, 0, 5, 2, 0, 4, 1], 5) == [[0, 2], [3, 5], [6]]
+    assert consecutive_groups([4, 0, 0], 5) == [[0]]  # the last shard takes what remains, empty blocks left out
+    assert consecutive_groups([0, 0], 5) == [] and consecutive_groups([], 5) == []
