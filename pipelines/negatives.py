@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -344,6 +346,40 @@ def pool_and_requests(batch: pa.Table, sizes_ref, bucket_size: int, asks: str, *
     return pa.concat_tables([pool, request_negatives(asking, sizes_ref, bucket_size=bucket_size, **options)])
 
 
+def _sample_and_count(block: pa.Table, seed: int) -> tuple[pa.Table, dict]:
+    """`sample_buckets`' rows, and their number and the negatives they fell short of (a side result)."""
+    import pyarrow.compute as pc
+
+    drawn = sample_buckets(block, seed)
+    return drawn, {"rows": drawn.num_rows, "short": int(pc.sum(drawn["short"]).as_py() or 0)}
+
+
+def negative_blocks(pool_blocks: list, positives, k: float, seed: int, pool_sizes: dict[str, int], mode: str = "site",
+                    bucket_size: int = 4096, partitions: int = 8, question_text: bool = True,
+                    select: Callable[[pa.Table], pa.Table] | None = None) -> list[tuple]:
+    """`sample_negatives` over block references: for each partition, references to its negatives block and to
+    {"rows", "short"} (its rows and the negatives it fell short of), not waited for. `positives` is a list of block references or the name of `pool`'s boolean column
+    that marks them; `select` turns each pool block into pool rows first (inside the shuffle's map tasks, so the
+    selection is never stored); `pool_sizes` are the answers per pool group of the selected rows."""
+    import ray
+
+    from pipelines.shuffle import composed, hash_shuffle
+
+    if mode not in POOL_MODES:
+        raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
+    sizes_ref = [ray.put(pool_sizes)]
+    options = {"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
+               "question_text": question_text}
+    first = [select] if select else []
+    if isinstance(positives, str):
+        sources = [(pool_blocks, composed(*first, partial(pool_and_requests, asks=positives, **options)))]
+    else:
+        bucketed = composed(*first, partial(pool_rows, mode=mode), partial(assign_buckets, sizes_ref=sizes_ref,
+                                                                           bucket_size=bucket_size))
+        sources = [(pool_blocks, bucketed), (positives, partial(request_negatives, **options))]
+    return hash_shuffle(sources, ["group", "bucket"], partitions, _sample_and_count, {"seed": seed}, returns=2)
+
+
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
                      partitions: int = 8, question_text: bool = True, pool_sizes: dict[str, int] | None = None):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
@@ -362,18 +398,10 @@ def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", b
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-    sizes_ref = [ray.put(count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes)]
-    options = {"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
-               "question_text": question_text}
-    # Task functions, not actor pools: actors would hold their CPUs through the shuffle that follows.
-    if isinstance(positives, str):
-        candidates = pool.map_batches(pool_and_requests, batch_format="pyarrow", fn_kwargs={**options,
-                                                                                            "asks": positives})
-    else:
-        bucketed = pool.map_batches(pool_rows, batch_format="pyarrow", fn_kwargs={"mode": mode}).map_batches(
-            assign_buckets, batch_format="pyarrow", fn_kwargs={"sizes_ref": sizes_ref, "bucket_size": bucket_size})
-        candidates = bucketed.union(positives.map_batches(request_negatives, batch_format="pyarrow",
-                                                          fn_kwargs=options))
-    # groupby().map_groups(), with the buckets of a partition sampled in one call.
-    return candidates.repartition(partitions, keys=["group", "bucket"]).map_batches(
-        sample_buckets, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": seed})
+    pool = pool.materialize()
+    sizes = count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes
+    marked = isinstance(positives, str)
+    results = negative_blocks(pool.to_arrow_refs(), positives if marked else positives.materialize().to_arrow_refs(),
+                              k, seed, sizes, mode=mode, bucket_size=bucket_size, partitions=partitions,
+                              question_text=question_text)
+    return ray.data.from_arrow_refs([block for block, _ in results])

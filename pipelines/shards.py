@@ -87,14 +87,41 @@ def _write_shard(path: str, schema: pa.Schema, *blocks: pa.Table) -> int:
     return write_parquet_atomically(path, schema, blocks)
 
 
+def write_blocks(blocks: list, sizes: list[int], directory: str, schema: pa.Schema, at_least: int) -> list[dict]:
+    """Blocks (object references, with their rows in `sizes`) in their order as `directory/part-NNNNN.parquet`,
+    each shard gathering consecutive blocks until it holds at least `at_least` rows; the shards' names (relative
+    to `directory`'s parent), rows, bytes and sha256. Each shard is written by a task that reads its blocks in
+    place in the object store; the rows each wrote are checked against the plan."""
+    import ray
+
+    if not sum(sizes):
+        return []
+    os.makedirs(directory, exist_ok=True)
+    write = ray.remote(num_cpus=1)(_write_shard)
+    planned = []
+    for number, group in enumerate(consecutive_groups(sizes, at_least)):
+        name = f"part-{number:05d}.parquet"
+        planned.append((name, sum(sizes[i] for i in group),
+                        write.remote(os.path.join(directory, name), schema, *(blocks[i] for i in group))))
+    files = []
+    for name, rows, ref in planned:
+        written = ray.get(ref)
+        if written != rows:
+            raise RuntimeError(f"{directory}/{name}: {written:,} rows written, {rows:,} planned")
+        path = os.path.join(directory, name)
+        files.append({"path": f"{os.path.basename(directory)}/{name}", "rows": rows, "bytes": os.path.getsize(path),
+                      "sha256": sha256_file(path)})
+    return files
+
+
 def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict]:
     """`ds`'s rows in its order as Parquet shards `staging/split/part-NNNNN.parquet`, with their rows, bytes and
     sha256. A shard gathers consecutive blocks until it holds at least the rows that `cfg` asks for, which come
     from the bytes per row of `size_from` (a materialised dataset of about the same rows; by default `ds` itself).
 
-    Each shard is written by a task that reads its blocks in place in the object store, in order. Ray Data's
-    `write_parquet` handed a task's blocks to Arrow's threaded dataset writer, which does not keep their order
-    (`preserve_order=False`): two tokenisations of one build differed in CI, and 2 of 12 tokenisations of the
+    Each shard is written by a task that reads its blocks in place in the object store, in order (`write_blocks`).
+    Ray Data's `write_parquet` handed a task's blocks to Arrow's threaded dataset writer, which does not keep their
+    order (`preserve_order=False`): two tokenisations of one build differed in CI, and 2 of 12 tokenisations of the
     end-to-end test's build moved a 1,024-row batch within its shard (0 of 36 with this writer)."""
     import ray
 
@@ -104,24 +131,7 @@ def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict
     sizes = ray.get([ray.remote(num_cpus=1)(_block_rows).remote(ref) for ref in refs])
     if not sum(sizes):
         return []
-    schema = ds.schema().base_schema
-    directory = os.path.join(staging, split)
-    os.makedirs(directory, exist_ok=True)
-    write = ray.remote(num_cpus=1)(_write_shard)
-    planned = []
-    for number, group in enumerate(consecutive_groups(sizes, target)):
-        name = f"part-{number:05d}.parquet"
-        planned.append((name, sum(sizes[i] for i in group),
-                        write.remote(os.path.join(directory, name), schema, *(refs[i] for i in group))))
-    files = []
-    for name, rows, ref in planned:
-        written = ray.get(ref)
-        if written != rows:
-            raise RuntimeError(f"{directory}/{name}: {written:,} rows written, {rows:,} planned")
-        path = os.path.join(directory, name)
-        files.append({"path": f"{split}/{name}", "rows": rows, "bytes": os.path.getsize(path),
-                      "sha256": sha256_file(path)})
-    return files
+    return write_blocks(refs, sizes, os.path.join(staging, split), ds.schema().base_schema, target)
 
 
 def manifest_for(cfg, schema: str, vocab: Vocabulary, found: dict, staging: str) -> dict:

@@ -4,7 +4,7 @@ The recipe: keep English only, make every answer with at least two up-votes a po
 and sample real answers to other questions as negatives (the paper: 628,706 positive and 9,874,758 negative
 pairs, about 15.7 negatives per positive).
 
-Stages, each a Ray Data operation:
+Stages, Ray Data reads and maps, then Ray tasks over the blocks they made:
   1. posts from dump files (`crawl.dump.posts_dataset`: a plain Posts.xml is cut into byte ranges read in
      parallel; gzip and 7z are streamed by one task each), the API or pages (`crawl.sources.crawled_posts`),
      all in the POSTS shape;
@@ -13,18 +13,18 @@ Stages, each a Ray Data operation:
      (`pipelines.overlap`, when configured);
   3. duplicate answers found across the corpus (`pipelines.dedup`, MinHash LSH) and sent to their threads
      as marker rows;
-  4. threads assembled by question (a hash shuffle by thread, then `assemble_threads` per block): every post
-     gets a `status`,
-     either kept ("question", "positive") or the reason it was dropped, and its question's split;
+  4. threads assembled by question (a hash shuffle by thread, `pipelines.shuffle`, then `assemble_threads` per
+     partition): every post gets a `status`, either kept ("question", "positive") or the reason it was dropped,
+     and its question's split; the same task counts the funnel and makes the attribution rows;
   5. negatives sampled for each positive from the answers of other questions in the same pool group (site and
      split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
      partitioning;
   6. pairs grouped by question (a hash shuffle by question id), questions in an order drawn from the seed,
      so that shards never hold long runs of one label.
 
-`build(cfg)` returns the pairs dataset and the funnel; `write(cfg)` writes shards, `stats.json`,
-`failures.jsonl` and the data card atomically. The funnel counts every post exactly once, so its parts add
-up to the posts read.
+`build(cfg)` returns the pairs dataset and the funnel (`build_blocks(cfg)` the object references beneath);
+`write(cfg)` writes shards, `stats.json`, `failures.jsonl` and the data card atomically. The funnel counts
+every post exactly once, so its parts add up to the posts read.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -46,9 +47,10 @@ from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
 from pipelines.langid import LanguageIdentifier
-from pipelines.negatives import POOL_MODES, pool_groups, sample_negatives
-from pipelines.schemas import QA_PAIRS, ROW_GROUP_ROWS, conform
-from pipelines.shards import consecutive_groups, write_parquet_atomically
+from pipelines.negatives import POOL_MODES, negative_blocks, pool_groups
+from pipelines.schemas import QA_PAIRS, conform
+from pipelines.shards import consecutive_groups, write_blocks, write_parquet_atomically
+from pipelines.shuffle import composed, hash_shuffle
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -481,16 +483,24 @@ def source_posts(cfg: BuildConfig):
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
 
 
-def threads_dataset(cfg: BuildConfig, stages: _Stages):
-    """Stages 1-4: every post of every source with its status, role, split and text, each stage materialised
-    and timed in turn into `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
+def _threads_and_summary(block: pa.Table, pool_mode: str, **rules) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """A partition of posts (whole threads) as thread rows (`assemble_threads`), with their funnel counts and
+    attribution rows (`_summarise_threads`), counted while the worker holds the rows: a pass of their own over
+    the stored threads cost 5.5 s at 1M posts on 2 cores."""
+    threads = assemble_threads(block, **rules)
+    return (threads, *_summarise_threads(threads, pool_mode))
+
+
+def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[list, list, list]:
+    """Stages 1-4: every post of every source with its status, role, split and text, as references to the
+    thread blocks, their funnel counts and their attribution rows; each stage waited for and timed in turn into
+    `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
+    import ray
     from ray.data.expressions import col
 
     posts = source_posts(cfg)
     index_ref = None
     if cfg.exclude_test_sets:
-        import ray
-
         from pipelines.overlap import reference_index
 
         index_ref = [ray.put(reference_index(cfg.exclude_test_sets, cfg.overlap_ngram))]
@@ -498,8 +508,12 @@ def threads_dataset(cfg: BuildConfig, stages: _Stages):
                               fn_kwargs={"keep_code": cfg.keep_code, "unsure_below": cfg.fasttext_threshold,
                                          "index_ref": index_ref, "overlap_ngram": cfg.overlap_ngram,
                                          "language_chars": cfg.language_chars})
-    posts = posts.materialize()  # read twice with dedup: for the duplicate search and for the threads
-    stages.done("read, text, language", posts.count(), "posts")
+    # Materialised, not streamed into the thread shuffle: streamed, the first stage and the shuffle together
+    # took 98 s at 1M posts against 54 + 12 s one after the other (Ray Data's shuffle, one run each).
+    posts = posts.materialize()
+    count = posts.count()
+    stages.done("read, text, language", count, "posts")
+    sources = [(posts.to_arrow_refs(), None)]
     if cfg.dedup != "off":
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
         answers = answers.select_columns(["site", "id", "thread", "score", "text"])
@@ -507,17 +521,31 @@ def threads_dataset(cfg: BuildConfig, stages: _Stages):
                                   partitions=_partitions(cfg))
         marks = marks.materialize()
         stages.done("dedup", marks.count(), "duplicates")
-        posts = posts.union(marks.map_batches(_mark_rows, batch_format="pyarrow",
-                                              fn_kwargs={"schema": posts.schema().base_schema}))
-    # What `groupby().map_groups()` does (a hash shuffle whose partitions stay whole blocks), but the threads
-    # of a block are assembled in one call: per-thread calls cost more than the assembly itself.
-    threads = posts.repartition(_partitions(cfg), keys=["site", "thread"]).map_batches(
-        assemble_threads, batch_size=None, batch_format="pyarrow",
-        fn_kwargs={"min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
-                   "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction})
-    threads = threads.materialize()
-    stages.done("threads", threads.count(), "posts")
-    return threads
+        sources.append((marks.to_arrow_refs(), partial(_mark_rows, schema=posts.schema().base_schema)))
+        del marks
+    if not sum(len(blocks) for blocks, _ in sources):
+        raise NoPosts(cfg, [])
+    del posts  # from here the shuffle's map tasks hold the blocks, and free each once they have cut it
+    # A hash shuffle by thread whose partitions stay whole blocks; the threads of a block are assembled in one
+    # call (per-thread calls cost more than the assembly itself).
+    results = hash_shuffle(sources, ["site", "thread"], _partitions(cfg), _threads_and_summary, {
+        "pool_mode": cfg.negative_pool, "min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
+        "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction}, returns=3)
+    del sources
+    threads, counts, attribution = (list(refs) for refs in zip(*results))
+    ray.wait(threads, num_returns=len(threads), fetch_local=False)
+    stages.done("threads", count, "posts")
+    return threads, counts, attribution
+
+
+class NoPosts(ValueError):
+    """Raised when the sources gave no post at all: names them, and the first fetch failure if any."""
+
+    def __init__(self, cfg: BuildConfig, failures: list[dict]):
+        sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
+        hint = f"; {len(failures)} fetch failures, first: {failures[0]['url']}: {failures[0]['reason']}" \
+            if failures else ""
+        super().__init__(f"no posts found in {', '.join(sources)}{hint}")
 
 
 def _mark_rows(batch: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -600,6 +628,10 @@ def _count_threads(batch: pa.Table, pool_mode: str = "site") -> pa.Table:
                                        "bin": pa.array(np.asarray(_LENGTH_LABELS)[bins], pa.string())}),
                    ["role", "bin"])
     add_counts("questions", pa.table({"split": pc.filter(batch["split"], kept_question)}), ["split"])
+    attributed = pc.is_in(status, pa.array([KEPT_QUESTION, *NEGATIVE_POOL]))  # the rows of `attribution_rows`
+    unnamed = pc.and_(pc.equal(pc.fill_null(batch["author"], ""), ""), pc.is_null(batch["author_id"]))
+    add_counts("attribution", pa.table({"author": pc.if_else(pc.filter(unnamed, attributed), "without", "named")}),
+               ["author"])
     in_pool = pc.is_in(status, pa.array(list(NEGATIVE_POOL)))
     pool = batch.select(["split", "site", "tags"] if pool_mode == "tag" else ["split", "site"]).filter(in_pool)
     add_counts("pool", pa.table({"group": pool_groups(pool, pool_mode)[0]}), ["group"])
@@ -623,27 +655,10 @@ def _summarise_threads(block: pa.Table, pool_mode: str) -> tuple[pa.Table, pa.Ta
     return _count_threads(block, pool_mode), attribution
 
 
-def summarise_threads(threads, pool_mode: str):
-    """The funnel (`funnel`), the answers per negative-pool group, and the attribution rows (a dataset), in one
-    pass over the materialised threads: a task per block with two results, the counts and the attribution rows
-    (a Ray Data map has one output, so these were two passes, and at 1M posts every pass over the threads
-    restores the blocks the object store has spilled)."""
-    import ray
-    import ray.data
-
-    summarise = ray.remote(num_cpus=1, num_returns=2)(_summarise_threads)
-    results = [summarise.remote(block, pool_mode) for block in threads.to_arrow_refs()]
-    counts = ray.get([c for c, _ in results])
-    stats = funnel(counts)
-    attribution = ray.data.from_arrow_refs([a for _, a in results]) if results else \
-        ray.data.from_arrow(ATTRIBUTION.empty_table())
-    return stats, stats.pop("pool_groups"), attribution
-
-
 def funnel(counts: list[pa.Table]) -> dict:
     """Posts by role and status (every post once), per site, by language model, test-set overlap, licence,
-    length and split, the fetch failures (`failures`: URL and reason), and answers per negative-pool group
-    (`pool_groups`), from `_count_threads`' rows."""
+    length and split, the fetch failures (`failures`: URL and reason), answers per negative-pool group
+    (`pool_groups`), and the attribution rows with and without a named author, from `_count_threads`' rows."""
     totals: dict[str, int] = {}
     failures: list[dict] = []
     for row in (row for table in counts for row in table.to_pylist()):
@@ -652,7 +667,7 @@ def funnel(counts: list[pa.Table]) -> dict:
         failures += json.loads(row["failures"])
     by_status: dict[tuple[str, str], int] = {}
     per_site: dict[str, dict[str, int]] = {}
-    lang, overlap, licences, questions_per_split, pool_groups = {}, {}, {}, {}, {}
+    lang, overlap, licences, questions_per_split, pool_groups, attribution = {}, {}, {}, {}, {}, {}
     lengths = {role: dict.fromkeys(_LENGTH_LABELS, 0) for role in ("question", "answer")}
     for key, n in sorted(totals.items()):
         kind, *parts = key.split("\x1f")
@@ -677,6 +692,8 @@ def funnel(counts: list[pa.Table]) -> dict:
             questions_per_split[parts[0]] = n
         elif kind == "pool":
             pool_groups[parts[0]] = n
+        elif kind == "attribution":
+            attribution[parts[0]] = n
 
     def section(role: str, kept: str | None) -> dict:
         total = sum(n for (r, _), n in by_status.items() if r == role)
@@ -698,7 +715,14 @@ def funnel(counts: list[pa.Table]) -> dict:
         "drop_reasons": DROP_REASONS,
         "failures": failures,
         "pool_groups": pool_groups,
+        "attribution": {"posts": sum(attribution.values()), "without_author": attribution.get("without", 0)},
     }
+
+
+def attribution_rows_of(counts: pa.Table) -> int:
+    """The attribution rows of the block whose `_count_threads` row this is."""
+    totals = json.loads(counts["counts"][0].as_py())
+    return totals.get("attribution\x1fnamed", 0) + totals.get("attribution\x1fwithout", 0)
 
 
 class _Stages:
@@ -780,46 +804,63 @@ def _bound_shuffle_memory(cfg: BuildConfig) -> None:
         context.shuffle_compression = "lz4"
 
 
-def build(cfg: BuildConfig):
-    """The pairs dataset (QA_PAIRS columns plus `split`), the post funnel, and the attribution rows."""
-    from ray.data.expressions import col
+@dataclass
+class Built:
+    """What `build` makes, as object references (not waited for, but where said): the pairs' blocks (QA_PAIRS
+    columns plus `split`, blocks of whole questions) with a summary of each (`_summarise_pairs_block`), the
+    attribution rows' blocks, and the funnel (waited for)."""
+    pairs: list
+    pair_summaries: list
+    attribution: list
+    attribution_rows: list[int]
+    stats: dict
+
+
+def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
+    """The build as Ray tasks over object references: three hash shuffles (`pipelines.shuffle`), by thread, by
+    negative-pool bucket and by question, each reducer returning its block and what the next steps need to know
+    of it (funnel counts, shortfall, first question and counts), so no stage reads another's output twice."""
+    import ray
 
     _bound_shuffle_memory(cfg)
-    stages = _Stages()
-    threads = threads_dataset(cfg, stages)
-    # The attribution rows (ids, links, authors: small) now, so that nothing needs the threads, the largest
-    # table in the object store, once the pairs are made: at 1M posts they filled the store and the shard
-    # writes ran against spilled blocks.
-    stats, pool_sizes, attribution = summarise_threads(threads, cfg.negative_pool)
+    stages = stages or _Stages()
+    threads, counts, attribution = thread_blocks(cfg, stages)
+    counts = ray.get(counts)
+    stats = funnel(counts)
+    pool_sizes = stats.pop("pool_groups")
     stages.done("funnel")
     if stats["posts_in"] == 0:
-        sources = cfg.dumps + cfg.api_sites + cfg.urls[:3]
-        failed = stats["failures"]
-        hint = f"; {len(failed)} fetch failures, first: {failed[0]['url']}: {failed[0]['reason']}" if failed else ""
-        raise ValueError(f"no posts found in {', '.join(sources)}{hint}")
-    # A thread row carries its question's text, which neither the pool nor the requests read.
-    candidates = threads.map_batches(negative_candidates, batch_format="pyarrow")
-    negatives = sample_negatives(candidates, "asks", k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool,
-                                 bucket_size=cfg.negative_bucket_size, partitions=_partitions(cfg),
-                                 question_text=False, pool_sizes=pool_sizes).materialize()
-    stats["negatives_short"] = sum(r["short"] for r in negatives.map_batches(
-        lambda b: pa.table({"short": [int(pc.sum(b["short"]).as_py() or 0)]}), batch_format="pyarrow").take_all())
-    stages.done("negatives", negatives.count())
+        raise NoPosts(cfg, stats["failures"])
+    # The sampler's pool: a thread row carries its question's text, which neither the pool nor the requests read.
+    drawn = negative_blocks(threads, "asks", k=cfg.negatives, seed=cfg.seed, pool_sizes=pool_sizes,
+                            mode=cfg.negative_pool, bucket_size=cfg.negative_bucket_size,
+                            partitions=_partitions(cfg), question_text=False, select=negative_candidates)
+    negatives = [block for block, _ in drawn]
+    drawn_counts = ray.get([summary for _, summary in drawn])
+    stats["negatives_short"] = sum(c["short"] for c in drawn_counts)
+    stages.done("negatives", sum(c["rows"] for c in drawn_counts))
     stats["stage_seconds"] = stages.seconds
-    # Positives and kept questions (which carry the question's text into the shuffle), read in one pass over the
-    # threads and not materialised: a copy of their texts would crowd the object store (spilling at 1M posts).
-    kept = threads.map_batches(rows_with_status, batch_format="pyarrow", fn_kwargs={
-        "statuses": [POSITIVE, KEPT_QUESTION],
-        "columns": ["status", "qid", "question", "aid", "answer", "score", "accepted", "site", "split"]})
-    pairs = kept.map_batches(_pairs, batch_format="pyarrow").union(
-        negatives.filter(expr=col("aid") != "").map_batches(_pairs, batch_format="pyarrow"))
-    # Shards in union order would hold every positive, then every negative: a training stream of one label for
-    # thousands of steps. A hash shuffle by question (its partitions stay whole blocks) brings each question's
-    # pairs together, in an order drawn from the seed; the pairs cross it without their question's text, which
-    # they take there from their question's row, the only one to carry it.
-    pairs = pairs.repartition(_partitions(cfg), keys=["qid"]).map_batches(
-        questions_in_seeded_order, batch_size=None, batch_format="pyarrow", fn_kwargs={"seed": cfg.seed})
-    return pairs, stats, attribution
+    # Positives and kept questions (which carry the question's text into the shuffle) are taken from the
+    # threads inside the shuffle's map tasks, and drawn negatives (not their shortfall rows) from the sampler's
+    # blocks. Shards in source order would hold every positive, then every negative: a training stream of one
+    # label for thousands of steps. A hash shuffle by question brings each question's pairs together, in an
+    # order drawn from the seed; the pairs cross it without their question's text, which they take there from
+    # their question's row, the only one to carry it.
+    kept = partial(rows_with_status, statuses=[POSITIVE, KEPT_QUESTION],
+                   columns=["status", "qid", "question", "aid", "answer", "score", "accepted", "site", "split"])
+    ordered = hash_shuffle([(threads, composed(kept, _pairs)), (negatives, _negative_pairs)], ["qid"],
+                           _partitions(cfg), _pairs_in_seeded_order, {"seed": cfg.seed}, returns=2)
+    pairs, summaries = (list(refs) for refs in zip(*ordered))
+    return Built(pairs=pairs, pair_summaries=summaries, attribution=attribution,
+                 attribution_rows=[attribution_rows_of(c) for c in counts], stats=stats)
+
+
+def build(cfg: BuildConfig):
+    """The pairs dataset (QA_PAIRS columns plus `split`), the post funnel, and the attribution rows (a dataset)."""
+    import ray.data
+
+    built = build_blocks(cfg)
+    return ray.data.from_arrow_refs(built.pairs), built.stats, ray.data.from_arrow_refs(built.attribution)
 
 
 _PAIRS_WITH_SPLIT = pa.schema(list(QA_PAIRS) + [pa.field("split", pa.string())])
@@ -852,6 +893,17 @@ def questions_in_seeded_order(batch: pa.Table, seed: int) -> pa.Table:
         missing = pc.filter(pairs["qid"], pc.is_null(source))[0].as_py()
         raise ValueError(f"pairs of question {missing} arrived without their question's row")
     return pairs.set_column(pairs.schema.get_field_index("question"), "question", pc.take(question_texts, source))
+
+
+def _pairs_in_seeded_order(block: pa.Table, seed: int) -> tuple[pa.Table, dict]:
+    """`questions_in_seeded_order`'s block, and its summary for the shard writer."""
+    ordered = questions_in_seeded_order(block, seed)
+    return ordered, _summarise_pairs_block(ordered)
+
+
+def _negative_pairs(batch: pa.Table) -> pa.Table:
+    """The sampler's drawn negatives as rows of pairs (its shortfall rows, which have no answer, left out)."""
+    return _pairs(batch.filter(pc.not_equal(batch["aid"], "")))
 
 
 def _pairs(batch: pa.Table) -> pa.Table:
@@ -902,9 +954,11 @@ def _write_pair_shard(path: str, split: str, *blocks: pa.Table) -> int:
     return rows
 
 
-def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_split: dict) -> dict:
-    """`directory/{train,dev,test}/part-NNNNN.parquet` from the materialised pairs (blocks of whole questions, each
-    split's rows together), and the rows, positives, negatives, questions and shards of each split.
+def write_pair_shards(pairs: list, summaries: list[dict], directory: str, rows_per_shard: int,
+                      questions_per_split: dict) -> dict:
+    """`directory/{train,dev,test}/part-NNNNN.parquet` from the pairs' blocks (references to blocks of whole
+    questions, each split's rows together) and their summaries (`_summarise_pairs_block`), and the rows,
+    positives, negatives, questions and shards of each split.
 
     Blocks are taken in the order of their first question id, so the same build writes the same rows to the same
     shard names; a shard gathers consecutive blocks until it holds at least `rows_per_shard` rows of its split (the
@@ -913,9 +967,7 @@ def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_
     worker's heap (the build's peak at 1M posts)."""
     import ray
 
-    refs = pairs.to_arrow_refs()
-    summaries = ray.get([ray.remote(num_cpus=1)(_summarise_pairs_block).remote(ref) for ref in refs])
-    blocks = sorted((s["first"], ref, s["counts"]) for s, ref in zip(summaries, refs) if s["first"] is not None)
+    blocks = sorted((s["first"], ref, s["counts"]) for s, ref in zip(summaries, pairs) if s["first"] is not None)
     totals: dict[tuple[str, int], int] = {}
     for _, _, counts in blocks:
         for split, label, n in counts:
@@ -941,17 +993,6 @@ def write_pair_shards(pairs, directory: str, rows_per_shard: int, questions_per_
     return result
 
 
-def _attribution_counts(attribution) -> dict:
-    """Posts in the attribution table, and how many name no author (deleted users, community wikis, sources
-    that give none)."""
-    def count(batch: pa.Table) -> pa.Table:
-        unnamed = pc.and_(pc.equal(batch["author"], ""), pc.is_null(batch["author_id"]))
-        return pa.table({"posts": [batch.num_rows], "unnamed": [int(pc.sum(unnamed).as_py() or 0)]})
-
-    rows = attribution.map_batches(count, batch_format="pyarrow").take_all()
-    return {"posts": sum(r["posts"] for r in rows), "without_author": sum(r["unnamed"] for r in rows)}
-
-
 def write(cfg: BuildConfig) -> dict:
     """Build and write `output/{train,dev,test}/*.parquet` and `output/stats.json`, atomically.
 
@@ -959,16 +1000,20 @@ def write(cfg: BuildConfig) -> dict:
     previous output (or none) and no half-written shards. The build is deterministic, so a re-run after a
     crash writes the same rows.
     """
+    import ray
+    import ray.data
+
     started = time.time()
     with staged_dir(cfg.output) as staging:
-        pairs, stats, attribution = build(cfg)
+        built = build_blocks(cfg)
+        stats = built.stats
         stages = _Stages()
-        pairs = pairs.materialize()
-        stages.done("pairs", pairs.count())
-        splits = write_pair_shards(pairs, staging, cfg.rows_per_shard, stats.pop("questions_per_split"))
-        attribution.write_parquet(os.path.join(staging, "attribution"), min_rows_per_file=cfg.rows_per_shard,
-                                  row_group_size=ROW_GROUP_ROWS, compression="zstd")
-        stats["attribution"] = _attribution_counts(attribution)
+        summaries = ray.get(built.pair_summaries)
+        stages.done("pairs", sum(n for s in summaries for _, _, n in s["counts"]))
+        splits = write_pair_shards(built.pairs, summaries, staging, cfg.rows_per_shard,
+                                   stats.pop("questions_per_split"))
+        write_blocks(built.attribution, built.attribution_rows, os.path.join(staging, "attribution"), ATTRIBUTION,
+                     cfg.rows_per_shard)
         stages.done("shards")
         positive = sum(s["positive"] for s in splits.values())
         negative = sum(s["negative"] for s in splits.values())

@@ -209,6 +209,8 @@ def _counts_row_by_row(batch: pa.Table, pool_mode: str = "site") -> dict:
             add(f"length\x1f{r['role']}\x1f{_length_label(len(text.split()))}")
         if r["status"] == KEPT_QUESTION:
             add(f"questions\x1f{r['split']}")
+        if r["status"] == KEPT_QUESTION or r["status"] in NEGATIVE_POOL:  # the posts that get attribution rows
+            add(f"attribution\x1f{'without' if not r['author'] and r['author_id'] is None else 'named'}")
         if r["status"] in NEGATIVE_POOL:  # the negative sampler's groups: split and site, split, split/site/tag
             for group in {"site": [f"{r['split']}|{r['site']}"], "any": [r["split"]],
                           "tag": [f"{r['split']}|{r['site']}|{tag}" for tag in r["tags"] or []]}[pool_mode]:
@@ -234,8 +236,11 @@ def test_funnel_counts_are_the_row_by_row_counts(beer_dump):
                  ("answer_overlaps_test_set", "answer", "wikiqa", "x", "", ""),
                  ("positive", "answer", "", "", "langdetect", " \x1c odd\u2028 white\xa0space "),
                  ("question", "question", "", "", "none", "")]]
+    extra[2].update(author="", author_id=None)  # a deleted user's post: no attribution but its link
+    extra[3].update(author="a name, no id", author_id=None)
     batch = pa.concat_tables([threads, pa.Table.from_pylist(extra, schema=THREAD_ROWS)])
-    assert json.loads(_count_threads(batch)["counts"][0].as_py()) == _counts_row_by_row(batch)
+    counts = json.loads(_count_threads(batch)["counts"][0].as_py())
+    assert counts == _counts_row_by_row(batch) and counts["attribution\x1fwithout"] >= 1
     for mode in ("any", "tag"):
         assert json.loads(_count_threads(batch, mode)["counts"][0].as_py()) == _counts_row_by_row(batch, mode), mode
 

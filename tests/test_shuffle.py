@@ -1,0 +1,87 @@
+"""The build's hash shuffle (pipelines.shuffle): every row once, a key's rows in one partition, in source order,
+side results, and the same partitions in every process."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.shuffle import blocks_per_map_task, composed, cut_into_partitions, hash_shuffle, partition_of
+
+
+def _block(start: int, n: int) -> pa.Table:
+    ids = np.arange(start, start + n)
+    return pa.table({"site": pa.array([f"s{i % 3}" for i in ids], pa.string()), "thread": pa.array(ids % 17, pa.int64()),
+                     "row": pa.array(ids, pa.int64())})
+
+
+def _expected_partitions(tables: list[pa.Table], partitions: int) -> list[pa.Table]:
+    """The reference: for each partition, the rows that hash there, taken source by source, block by block."""
+    return [pa.concat_tables([t.filter(pa.array(partition_of(t, ["site", "thread"], partitions) == p))
+                              for t in tables]) for p in range(partitions)]
+
+
+def test_cut_keeps_every_row_once_and_in_order():
+    tables = [_block(0, 50), _block(50, 0), _block(50, 31)]
+    cut = cut_into_partitions(tables, ["site", "thread"], 4)
+    assert [c.equals(e) for c, e in zip(cut, _expected_partitions(tables, 4))] == [True] * 4
+    assert sum(c.num_rows for c in cut) == 81
+    for part in cut:  # a key lies in one partition only
+        keys = set(zip(part["site"].to_pylist(), part["thread"].to_pylist()))
+        others = {k for other in cut if other is not part
+                  for k in zip(other["site"].to_pylist(), other["thread"].to_pylist())}
+        assert not keys & others
+    assert cut_into_partitions([_block(0, 0)], ["site"], 3)[2].num_rows == 0
+
+
+def test_blocks_per_map_task_bounds_the_shards():
+    assert blocks_per_map_task(65, 33) == 1
+    assert blocks_per_map_task(6400, 4000) == 26  # Stack Overflow's dump: 16 MB blocks, 4,000 partitions
+    assert blocks_per_map_task(10, 10, max_shards=30) == 4
+
+
+def _count_and_tag(block: pa.Table, tag: str) -> tuple[pa.Table, dict]:
+    return block, {"rows": block.num_rows, "tag": tag}
+
+
+def _double_row(table: pa.Table) -> pa.Table:
+    return table.set_column(2, "row", pc.multiply(table["row"], 2))
+
+
+def _not_last(table: pa.Table) -> pa.Table:
+    return table.slice(0, max(0, table.num_rows - 1))
+
+
+def test_hash_shuffle_brings_keys_together_with_side_results(ray_local):
+    import ray
+
+    first, second = [_block(0, 40), _block(40, 25)], [_block(100, 30)]
+    prepare = composed(_not_last, _double_row)
+    for max_shards in (1_000_000, 6):  # one block per map task, and blocks gathered into map tasks
+        results = hash_shuffle([([ray.put(b) for b in first], None), ([ray.put(b) for b in second], prepare)],
+                               ["site", "thread"], 3, _count_and_tag, {"tag": "x"}, returns=2,
+                               max_shards=max_shards)
+        blocks = ray.get([block for block, _ in results])
+        sides = ray.get([side for _, side in results])
+        expected = _expected_partitions(first + [prepare(b) for b in second], 3)
+        assert [b.equals(e) for b, e in zip(blocks, expected)] == [True] * 3, max_shards
+        assert sides == [{"rows": b.num_rows, "tag": "x"} for b in blocks]
+        assert sum(s["rows"] for s in sides) == 40 + 25 + 29
+
+
+def _first_rows(block: pa.Table) -> pa.Table:
+    return block.slice(0, 3)
+
+
+def _partitions_of_seven(table: pa.Table) -> np.ndarray:
+    return partition_of(table, ["site", "thread"], 7)
+
+
+def test_one_partition_and_partitions_computed_alike_in_workers(ray_local):
+    import ray
+
+    table = _block(0, 200)
+    (only,) = hash_shuffle([([ray.put(table)], None)], ["site", "thread"], 1, _first_rows)
+    assert ray.get(only).equals(table.slice(0, 3))
+    in_worker = ray.get(ray.remote(_partitions_of_seven).remote(table))
+    assert np.array_equal(in_worker, partition_of(table, ["site", "thread"], 7))
