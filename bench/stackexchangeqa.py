@@ -24,7 +24,8 @@ answers, accepted-answer links and parents all renumbered), written as plain Pos
 Ours builds one negative per positive, as the references do; our near-duplicate stage is off by default
 (`--dedup near` measures it too: a resampled dump is duplicates by construction). The stage profile gives each
 stage of ours (read, text, language; dedup; threads; funnel; negatives; pairs; shards; card) in microseconds of
-the build's CPUs per post and as a share of the wall time. Memory is the peak, over samples every 2 s, of the
+the build's CPUs per post and as a share of the wall time (the thread stage's reducers count the funnel, so the
+funnel's line is only its sum on the driver). Memory is the peak, over samples every 2 s, of the
 summed proportional set size (PSS, shared pages split between processes) of the process and all its children
 (Ray's raylet, object store and workers), and beside it the peak of their summed private memory (USS: heaps,
 without the object store's shared pages); and, over samples every 0.5 s, the peak of their heaps (anonymous

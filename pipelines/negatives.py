@@ -354,12 +354,13 @@ def _sample_and_count(block: pa.Table, seed: int) -> tuple[pa.Table, dict]:
     return drawn, {"rows": drawn.num_rows, "short": int(pc.sum(drawn["short"]).as_py() or 0)}
 
 
-def negative_blocks(pool_blocks: list, positives, k: float, seed: int, pool_sizes: dict[str, int], mode: str = "site",
-                    bucket_size: int = 4096, partitions: int = 8, question_text: bool = True,
-                    select: Callable[[pa.Table], pa.Table] | None = None) -> list[tuple]:
-    """`sample_negatives` over block references: for each partition, references to its negatives block and to
-    {"rows", "short"} (its rows and the negatives it fell short of), not waited for. `positives` is a list of block references or the name of `pool`'s boolean column
-    that marks them; `select` turns each pool block into pool rows first (inside the shuffle's map tasks, so the
+def negative_blocks(pool: tuple[list, list[int]], positives, k: float, seed: int, pool_sizes: dict[str, int],
+                    mode: str = "site", bucket_size: int = 4096, partitions: int = 8, question_text: bool = True,
+                    select: Callable[[pa.Table], pa.Table] | None = None, task_bytes: int = 32 << 20) -> list[tuple]:
+    """`sample_negatives` over block references (with their bytes, as `pipelines.shuffle.hash_shuffle` takes
+    them): for each partition, references to its negatives block, to {"rows", "short"} (its rows and the
+    negatives it fell short of) and to the block's bytes, not waited for. `positives` is (block references,
+    bytes) too, or the name of `pool`'s boolean column that marks them; `select` turns each pool block into pool rows first (inside the shuffle's map tasks, so the
     selection is never stored); `pool_sizes` are the answers per pool group of the selected rows."""
     import ray
 
@@ -372,12 +373,13 @@ def negative_blocks(pool_blocks: list, positives, k: float, seed: int, pool_size
                "question_text": question_text}
     first = [select] if select else []
     if isinstance(positives, str):
-        sources = [(pool_blocks, composed(*first, partial(pool_and_requests, asks=positives, **options)))]
+        sources = [(*pool, composed(*first, partial(pool_and_requests, asks=positives, **options)))]
     else:
         bucketed = composed(*first, partial(pool_rows, mode=mode), partial(assign_buckets, sizes_ref=sizes_ref,
                                                                            bucket_size=bucket_size))
-        sources = [(pool_blocks, bucketed), (positives, partial(request_negatives, **options))]
-    return hash_shuffle(sources, ["group", "bucket"], partitions, _sample_and_count, {"seed": seed}, returns=2)
+        sources = [(*pool, bucketed), (*positives, partial(request_negatives, **options))]
+    return hash_shuffle(sources, ["group", "bucket"], partitions, _sample_and_count, {"seed": seed}, returns=2,
+                        task_bytes=task_bytes)
 
 
 def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
@@ -396,12 +398,14 @@ def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", b
     caller has counted them already."""
     import ray
 
+    from pipelines.shuffle import blocks_with_bytes
+
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     pool = pool.materialize()
     sizes = count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes
     marked = isinstance(positives, str)
-    results = negative_blocks(pool.to_arrow_refs(), positives if marked else positives.materialize().to_arrow_refs(),
-                              k, seed, sizes, mode=mode, bucket_size=bucket_size, partitions=partitions,
-                              question_text=question_text)
-    return ray.data.from_arrow_refs([block for block, _ in results])
+    results = negative_blocks(blocks_with_bytes(pool), positives if marked else blocks_with_bytes(
+        positives.materialize()), k, seed, sizes, mode=mode, bucket_size=bucket_size, partitions=partitions,
+        question_text=question_text)
+    return ray.data.from_arrow_refs([block for block, _, _ in results])

@@ -16,12 +16,15 @@ them), written as plain Ray tasks because the StackExchangeQA build needs what a
   10.2-12.1 s (three runs each, 2 CPUs).
 
 It keeps Ray Data's shape and limits: a partition is one block, and the shards in flight number map tasks x
-partitions. Map tasks take consecutive blocks, as many as keep that product under `MAX_SHARDS` (each shard is a
-reference the driver tracks), which at Stack Overflow's size (100 GB of XML: 6,400 blocks of 16 MB, 4,000
-partitions) gathers 26 blocks into a map task. Rows reach their partition by a hash of their keys that every
-process computes alike (pandas' SipHash with its fixed key, as Ray Data's), and a partition holds its rows in
-the order of the sources, their blocks and rows: the same input gives the same blocks on every run. Tasks are
-retried and their outputs rebuilt from lineage when a worker dies, as any Ray task's.
+partitions. A map task reads consecutive blocks of one source until they hold `task_bytes` (the build passes
+`--partition-mb`, as it sets Ray Data's `shuffle_input_batch_bytes`), and never so few that map tasks x partitions
+passes `MAX_SHARDS` (each shard is a reference the driver tracks): at Stack Overflow's size (100 GB of XML, 6,400
+blocks of 16 MB, 4,000 partitions) that is 26 blocks a map task. As in Ray Data, a shard under Ray's inline
+limit (100 KB) is held in the driver's memory rather than the object store; at 1M posts a shard is about 1 MB.
+Rows reach their partition by a hash of their keys that every process computes alike (pandas' SipHash with its
+fixed key, as Ray Data's), and a partition holds its rows in the order of the sources, their blocks and rows:
+the same input gives the same blocks on every run. Tasks are retried and their outputs rebuilt from lineage
+when a worker dies, as any Ray task's.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-MAX_SHARDS = 1_000_000
+MAX_SHARDS = 1_000_000  # shard references in flight in one shuffle (the driver tracks each)
 
 Prepare = Callable[[pa.Table], pa.Table] | None
 
@@ -83,25 +86,47 @@ def _map(prepare: Prepare, keys: Sequence[str], partitions: int, *blocks: pa.Tab
     return cut[0] if partitions == 1 else tuple(cut)
 
 
-def _reduce(reduce: Callable, kwargs: dict, *shards: pa.Table):
+def _reduce(reduce: Callable, kwargs: dict, returns: int, *shards: pa.Table):
     # "default" promotion: a source's block may type an all-null column as null where another's has its type.
     block = pa.concat_tables(shards, promote_options="default") if len(shards) > 1 else shards[0]
-    return reduce(block, **kwargs)
+    results = reduce(block, **kwargs)
+    results = (results,) if returns == 1 else tuple(results)
+    return (*results, results[0].nbytes)  # the block's bytes: how the next shuffle gathers blocks into map tasks
 
 
-def blocks_per_map_task(blocks: int, partitions: int, max_shards: int = MAX_SHARDS) -> int:
-    """Consecutive blocks a map task takes so that map tasks x partitions stays under `max_shards`."""
-    return max(1, math.ceil(blocks * partitions / max_shards))
+def map_tasks(sizes: Sequence[int], partitions: int, task_bytes: int, max_shards: int = MAX_SHARDS) -> list[range]:
+    """The blocks (positions in `sizes`, their bytes) each map task takes: consecutive blocks until they hold
+    `task_bytes` (as Ray Data gathers a shuffle's input to `shuffle_input_batch_bytes`: fewer, larger shards), and
+    never fewer blocks than keep map tasks x partitions under `max_shards`."""
+    at_least = max(1, math.ceil(len(sizes) * partitions / max_shards))
+    tasks, start, held = [], 0, 0
+    for position, size in enumerate(sizes):
+        held += size
+        if position + 1 - start >= at_least and held >= task_bytes or position == len(sizes) - 1:
+            tasks.append(range(start, position + 1))
+            start, held = position + 1, 0
+    return tasks
 
 
-def hash_shuffle(sources: Sequence[tuple[Sequence, Prepare]], keys: Sequence[str], partitions: int,
+def blocks_with_bytes(ds) -> tuple[list, list[int]]:
+    """A materialised Ray Data dataset's block references and their bytes (from its block metadata)."""
+    refs, sizes = [], []
+    for bundle in ds.iter_internal_ref_bundles():
+        for entry in bundle.blocks:
+            refs.append(entry.ref)
+            sizes.append(entry.metadata.size_bytes or 0)
+    return refs, sizes
+
+
+def hash_shuffle(sources: Sequence[tuple[Sequence, Sequence[int], Prepare]], keys: Sequence[str], partitions: int,
                  reduce: Callable[..., pa.Table | tuple], reduce_kwargs: dict | None = None, returns: int = 1,
-                 max_shards: int = MAX_SHARDS) -> list:
-    """Rows of every source (block refs and the function that prepares each block, or None) brought together by
-    `keys` into `partitions` blocks, each passed whole to `reduce(block, **reduce_kwargs)` in a task of its own.
+                 task_bytes: int = 32 << 20, max_shards: int = MAX_SHARDS) -> list[tuple]:
+    """Rows of every source (block references, their bytes, and the function that prepares each block, or None)
+    brought together by `keys` into `partitions` blocks, each passed whole to `reduce(block, **reduce_kwargs)` in a
+    task of its own; a map task reads about `task_bytes` of a source's blocks (`map_tasks`).
 
-    Returns, for each partition in order, the reference to `reduce`'s result, or a tuple of `returns` references
-    where it returns as many objects. Nothing is waited for: tasks run as their inputs come. A source's blocks
+    Returns, for each partition in order, a tuple of references: the `returns` objects `reduce` returns (its
+    block first), then the block's bytes. Nothing is waited for: tasks run as their inputs come. A source's blocks
     may be released by the caller once this returns: the map tasks hold them until they have read them. Prepared
     blocks must share one schema."""
     import ray
@@ -110,15 +135,17 @@ def hash_shuffle(sources: Sequence[tuple[Sequence, Prepare]], keys: Sequence[str
         raise ValueError(f"a shuffle needs at least one partition, got {partitions}")
     by = ",".join(keys)  # names the tasks (and their workers' process titles) as Ray Data names its shuffle's
     cut = ray.remote(num_cpus=1, num_returns=partitions)(_map).options(name=f"ShuffleMap({by})")
-    total = sum(len(blocks) for blocks, _ in sources)
-    per_task = blocks_per_map_task(total, partitions, max_shards)
+    total = sum(len(blocks) for blocks, _, _ in sources)
     shards = []  # a list per map task of its `partitions` shards
-    for blocks, prepare in sources:
-        for start in range(0, len(blocks), per_task):
-            out = cut.remote(prepare, list(keys), partitions, *blocks[start:start + per_task])
+    for blocks, sizes, prepare in sources:
+        if len(sizes) != len(blocks):
+            raise ValueError(f"{len(blocks)} blocks but {len(sizes)} sizes")
+        for task in map_tasks(sizes, partitions, task_bytes, max(1, max_shards * len(blocks) // max(1, total))):
+            out = cut.remote(prepare, list(keys), partitions, *(blocks[i] for i in task))
             shards.append([out] if partitions == 1 else out)
     if not shards:
         raise ValueError("a shuffle needs at least one block to read")
-    gather = ray.remote(num_cpus=1, num_returns=returns)(_reduce).options(
+    gather = ray.remote(num_cpus=1, num_returns=returns + 1)(_reduce).options(
         name=f"ShuffleReduce({by})->{getattr(reduce, '__name__', 'reduce')}")
-    return [gather.remote(reduce, reduce_kwargs or {}, *(task[p] for task in shards)) for p in range(partitions)]
+    return [gather.remote(reduce, reduce_kwargs or {}, returns, *(task[p] for task in shards))
+            for p in range(partitions)]

@@ -50,7 +50,7 @@ from pipelines.langid import LanguageIdentifier
 from pipelines.negatives import POOL_MODES, negative_blocks, pool_groups
 from pipelines.schemas import QA_PAIRS, conform
 from pipelines.shards import consecutive_groups, write_blocks, write_parquet_atomically
-from pipelines.shuffle import composed, hash_shuffle
+from pipelines.shuffle import blocks_with_bytes, composed, hash_shuffle
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -491,9 +491,9 @@ def _threads_and_summary(block: pa.Table, pool_mode: str, **rules) -> tuple[pa.T
     return (threads, *_summarise_threads(threads, pool_mode))
 
 
-def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[list, list, list]:
+def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[int]], list, list]:
     """Stages 1-4: every post of every source with its status, role, split and text, as references to the
-    thread blocks, their funnel counts and their attribution rows; each stage waited for and timed in turn into
+    thread blocks (with their bytes), their funnel counts and their attribution rows; each stage waited for and timed in turn into
     `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
     import ray
     from ray.data.expressions import col
@@ -513,7 +513,7 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[list, list, list]:
     posts = posts.materialize()
     count = posts.count()
     stages.done("read, text, language", count, "posts")
-    sources = [(posts.to_arrow_refs(), None)]
+    sources = [(*blocks_with_bytes(posts), None)]
     if cfg.dedup != "off":
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
         answers = answers.select_columns(["site", "id", "thread", "score", "text"])
@@ -521,21 +521,22 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[list, list, list]:
                                   partitions=_partitions(cfg))
         marks = marks.materialize()
         stages.done("dedup", marks.count(), "duplicates")
-        sources.append((marks.to_arrow_refs(), partial(_mark_rows, schema=posts.schema().base_schema)))
+        sources.append((*blocks_with_bytes(marks), partial(_mark_rows, schema=posts.schema().base_schema)))
         del marks
-    if not sum(len(blocks) for blocks, _ in sources):
+    if not sum(len(blocks) for blocks, _, _ in sources):
         raise NoPosts(cfg, [])
     del posts  # from here the shuffle's map tasks hold the blocks, and free each once they have cut it
     # A hash shuffle by thread whose partitions stay whole blocks; the threads of a block are assembled in one
     # call (per-thread calls cost more than the assembly itself).
     results = hash_shuffle(sources, ["site", "thread"], _partitions(cfg), _threads_and_summary, {
         "pool_mode": cfg.negative_pool, "min_score": cfg.min_score, "english_threshold": cfg.english_threshold,
-        "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction}, returns=3)
+        "dev_fraction": cfg.dev_fraction, "test_fraction": cfg.test_fraction}, returns=3,
+        task_bytes=cfg.partition_mb << 20)
     del sources
-    threads, counts, attribution = (list(refs) for refs in zip(*results))
-    ray.wait(threads, num_returns=len(threads), fetch_local=False)
+    threads, counts, attribution, thread_bytes = (list(refs) for refs in zip(*results))
+    thread_bytes = ray.get(thread_bytes)
     stages.done("threads", count, "posts")
-    return threads, counts, attribution
+    return (threads, thread_bytes), counts, attribution
 
 
 class NoPosts(ValueError):
@@ -834,9 +835,10 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
     # The sampler's pool: a thread row carries its question's text, which neither the pool nor the requests read.
     drawn = negative_blocks(threads, "asks", k=cfg.negatives, seed=cfg.seed, pool_sizes=pool_sizes,
                             mode=cfg.negative_pool, bucket_size=cfg.negative_bucket_size,
-                            partitions=_partitions(cfg), question_text=False, select=negative_candidates)
-    negatives = [block for block, _ in drawn]
-    drawn_counts = ray.get([summary for _, summary in drawn])
+                            partitions=_partitions(cfg), question_text=False, select=negative_candidates,
+                            task_bytes=cfg.partition_mb << 20)
+    negatives = [block for block, _, _ in drawn]
+    drawn_counts, negative_bytes = ray.get([summary for _, summary, _ in drawn]), ray.get([b for _, _, b in drawn])
     stats["negatives_short"] = sum(c["short"] for c in drawn_counts)
     stages.done("negatives", sum(c["rows"] for c in drawn_counts))
     stats["stage_seconds"] = stages.seconds
@@ -848,9 +850,10 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
     # their question's row, the only one to carry it.
     kept = partial(rows_with_status, statuses=[POSITIVE, KEPT_QUESTION],
                    columns=["status", "qid", "question", "aid", "answer", "score", "accepted", "site", "split"])
-    ordered = hash_shuffle([(threads, composed(kept, _pairs)), (negatives, _negative_pairs)], ["qid"],
-                           _partitions(cfg), _pairs_in_seeded_order, {"seed": cfg.seed}, returns=2)
-    pairs, summaries = (list(refs) for refs in zip(*ordered))
+    ordered = hash_shuffle([(*threads, composed(kept, _pairs)), (negatives, negative_bytes, _negative_pairs)],
+                           ["qid"], _partitions(cfg), _pairs_in_seeded_order, {"seed": cfg.seed}, returns=2,
+                           task_bytes=cfg.partition_mb << 20)
+    pairs, summaries, _ = (list(refs) for refs in zip(*ordered))
     return Built(pairs=pairs, pair_summaries=summaries, attribution=attribution,
                  attribution_rows=[attribution_rows_of(c) for c in counts], stats=stats)
 
@@ -948,7 +951,7 @@ def _summarise_pairs_block(block: pa.Table) -> dict:
 def _write_pair_shard(path: str, split: str, *blocks: pa.Table) -> int:
     """One shard: `split`'s rows of `blocks` (slices of the object store's blocks, so nothing is copied but a row
     group at a time), to `path` through a temporary name; returns the rows written."""
-    trim_when_idle()
+    trim_when_idle(now=True)  # a worker that ran a reducer just before holds what it freed
     rows = write_parquet_atomically(path, QA_PAIRS, (split_pairs(block, split) for block in blocks))
     release_unused_memory()
     return rows
