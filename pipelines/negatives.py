@@ -360,8 +360,9 @@ def negative_blocks(pool: tuple[list, list[int]], positives, k: float, seed: int
     """`sample_negatives` over block references (with their bytes, as `pipelines.shuffle.hash_shuffle` takes
     them): for each partition, references to its negatives block, to {"rows", "short"} (its rows and the
     negatives it fell short of) and to the block's bytes, not waited for. `positives` is (block references,
-    bytes) too, or the name of `pool`'s boolean column that marks them; `select` turns each pool block into pool rows first (inside the shuffle's map tasks, so the
-    selection is never stored); `pool_sizes` are the answers per pool group of the selected rows."""
+    bytes) too, or the name of `pool`'s boolean column that marks them; `select` turns each pool block into pool
+    rows first (inside the shuffle's map tasks, so the selection is never stored); `pool_sizes` are the answers
+    per pool group of the selected rows."""
     import ray
 
     from pipelines.shuffle import composed, hash_shuffle

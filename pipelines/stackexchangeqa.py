@@ -493,8 +493,8 @@ def _threads_and_summary(block: pa.Table, pool_mode: str, **rules) -> tuple[pa.T
 
 def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[int]], list, list]:
     """Stages 1-4: every post of every source with its status, role, split and text, as references to the
-    thread blocks (with their bytes), their funnel counts and their attribution rows; each stage waited for and timed in turn into
-    `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
+    thread blocks (with their bytes), their funnel counts and their attribution rows; each stage waited for and
+    timed in turn into `stages` (analysed posts, duplicate marks, threads), for the stage profile."""
     import ray
     from ray.data.expressions import col
 

@@ -11,8 +11,8 @@ from pipelines.shuffle import composed, cut_into_partitions, hash_shuffle, map_t
 
 def _block(start: int, n: int) -> pa.Table:
     ids = np.arange(start, start + n)
-    return pa.table({"site": pa.array([f"s{i % 3}" for i in ids], pa.string()), "thread": pa.array(ids % 17, pa.int64()),
-                     "row": pa.array(ids, pa.int64())})
+    return pa.table({"site": pa.array([f"s{i % 3}" for i in ids], pa.string()),
+                     "thread": pa.array(ids % 17, pa.int64()), "row": pa.array(ids, pa.int64())})
 
 
 def _expected_partitions(tables: list[pa.Table], partitions: int) -> list[pa.Table]:
