@@ -399,14 +399,18 @@ def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", b
     caller has counted them already."""
     import ray
 
-    from pipelines.shuffle import blocks_with_bytes
+    from pipelines.blocks import materialised_blocks
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     pool = pool.materialize()
     sizes = count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes
     marked = isinstance(positives, str)
-    results = negative_blocks(blocks_with_bytes(pool), positives if marked else blocks_with_bytes(
+    def blocks_and_bytes(ds) -> tuple[list, list[int]]:
+        refs, _, block_bytes = materialised_blocks(ds)
+        return refs, block_bytes
+
+    results = negative_blocks(blocks_and_bytes(pool), positives if marked else blocks_and_bytes(
         positives.materialize()), k, seed, sizes, mode=mode, bucket_size=bucket_size, partitions=partitions,
         question_text=question_text)
     return ray.data.from_arrow_refs([block for block, _, _ in results])

@@ -12,6 +12,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from pipelines.blocks import materialised_blocks
 from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
 from pipelines.vocabulary import RESERVED, Vocabulary
 
@@ -79,10 +80,6 @@ def consecutive_groups(sizes: list[int], at_least: int) -> list[list[int]]:
     return groups
 
 
-def _block_rows(block: pa.Table) -> int:
-    return block.num_rows
-
-
 def _write_shard(path: str, schema: pa.Schema, *blocks: pa.Table) -> int:
     return write_parquet_atomically(path, schema, blocks)
 
@@ -123,12 +120,9 @@ def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict
     Ray Data's `write_parquet` handed a task's blocks to Arrow's threaded dataset writer, which does not keep their
     order (`preserve_order=False`): two tokenisations of one build differed in CI, and 2 of 12 tokenisations of the
     end-to-end test's build moved a 1,024-row batch within its shard (0 of 36 with this writer)."""
-    import ray
-
     ds = ds.materialize()
     target = rows_per_shard(size_from or ds, cfg)
-    refs = ds.to_arrow_refs()
-    sizes = ray.get([ray.remote(num_cpus=1)(_block_rows).remote(ref) for ref in refs])
+    refs, sizes, _ = materialised_blocks(ds)
     if not sum(sizes):
         return []
     return write_blocks(refs, sizes, os.path.join(staging, split), ds.schema().base_schema, target)

@@ -112,16 +112,6 @@ def map_tasks(sizes: Sequence[int], partitions: int, task_bytes: int, max_shards
     return tasks
 
 
-def blocks_with_bytes(ds) -> tuple[list, list[int]]:
-    """A materialised Ray Data dataset's block references and their bytes (from its block metadata)."""
-    refs, sizes = [], []
-    for bundle in ds.iter_internal_ref_bundles():
-        for entry in bundle.blocks:
-            refs.append(entry.ref)
-            sizes.append(entry.metadata.size_bytes or 0)
-    return refs, sizes
-
-
 def hash_shuffle(sources: Sequence[tuple[Sequence, Sequence[int], Prepare]], keys: Sequence[str], partitions: int,
                  reduce: Callable[..., pa.Table | tuple], reduce_kwargs: dict | None = None, returns: int = 1,
                  task_bytes: int = 32 << 20, max_shards: int = MAX_SHARDS) -> list[tuple]:

@@ -42,7 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.dump import ANSWER, FETCH_FAILED, QUESTION, posts_dataset
-from pipelines.blocks import differs_from_previous, map_groups_in_block, release_unused_memory, trim_when_idle
+from pipelines.blocks import (differs_from_previous, map_groups_in_block, materialised_blocks, release_unused_memory,
+                             trim_when_idle)
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
@@ -50,7 +51,7 @@ from pipelines.langid import LanguageIdentifier
 from pipelines.negatives import POOL_MODES, negative_blocks, pool_groups
 from pipelines.schemas import QA_PAIRS, conform
 from pipelines.shards import consecutive_groups, write_blocks, write_parquet_atomically
-from pipelines.shuffle import blocks_with_bytes, composed, hash_shuffle
+from pipelines.shuffle import composed, hash_shuffle
 from pipelines.text import html_to_text
 
 SPLITS = ("train", "dev", "test")
@@ -513,7 +514,8 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[i
     posts = posts.materialize()
     count = posts.count()
     stages.done("read, text, language", count, "posts")
-    sources = [(*blocks_with_bytes(posts), None)]
+    refs, _, sizes = materialised_blocks(posts)
+    sources = [(refs, sizes, None)]
     if cfg.dedup != "off":
         answers = posts.filter(expr=(col("post_type") == ANSWER) & (col("text") != ""))
         answers = answers.select_columns(["site", "id", "thread", "score", "text"])
@@ -521,7 +523,8 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[i
                                   partitions=_partitions(cfg))
         marks = marks.materialize()
         stages.done("dedup", marks.count(), "duplicates")
-        sources.append((*blocks_with_bytes(marks), partial(_mark_rows, schema=posts.schema().base_schema)))
+        refs, _, sizes = materialised_blocks(marks)
+        sources.append((refs, sizes, partial(_mark_rows, schema=posts.schema().base_schema)))
         del marks
     if not sum(len(blocks) for blocks, _, _ in sources):
         raise NoPosts(cfg, [])
@@ -790,9 +793,11 @@ def attribution_rows(batch: pa.Table) -> pa.Table:
 
 
 def _bound_shuffle_memory(cfg: BuildConfig) -> None:
-    """A shuffle's map side merges its input blocks up to `DataContext.shuffle_input_batch_bytes` (1 GiB by
-    default) before partitioning them in one task, so a worker's heap grew with the input until 1 GiB (1.2 GB
-    at 1M posts against 0.15 GB at 100k); `partition_mb` of input per map task keeps it the same at any size."""
+    """For Ray Data's shuffles (the dedup stage's; the build's own are `pipelines.shuffle`, sized by the same
+    `partition_mb`). A shuffle's map side merges its input blocks up to `DataContext.shuffle_input_batch_bytes`
+    (1 GiB by default) before partitioning them in one task, so a worker's heap grew with the input until 1 GiB
+    (1.2 GB at 1M posts against 0.15 GB at 100k); `partition_mb` of input per map task keeps it the same at any
+    size."""
     from ray.data import DataContext
 
     context = DataContext.get_current()
