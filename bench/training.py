@@ -174,7 +174,7 @@ def checkpoint_costs(dims: list[int], vocab_size: int, folder: str) -> list[dict
         fresh = build_model(cfg, vocab_size)
         fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
         started = time.perf_counter()
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         fresh.load_state_dict(state["model"])
         fresh_optimizer.load_state_dict(state["optimizer"])
         restored = time.perf_counter() - started

@@ -21,12 +21,16 @@ from lxml import etree
 
 from crawl.http import USER_AGENT, host_of
 from crawl.sites import site_host
+from runtime.errors import scrub
 
 DEFAULT_MIRROR = "https://archive.org/download/stackexchange"
 
 
 class DownloadError(RuntimeError):
-    """A download failed for good; the message names the URL and the reason."""
+    """A download failed for good; the message names the URL and the reason (secret parameters scrubbed)."""
+
+    def __init__(self, message: str):
+        super().__init__(scrub(message))
 
 
 def archive_name(site: str) -> str:
@@ -122,7 +126,7 @@ class Downloader:
             try:
                 done = self._transfer(url, partial)
             except requests.RequestException as err:
-                reason = f"{type(err).__name__}: {str(err)[:160]}"
+                reason = f"{type(err).__name__}: {scrub(str(err))[:160]}"
                 continue
             if done is not True:
                 reason = done

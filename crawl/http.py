@@ -1,6 +1,10 @@
 """Polite, resumable HTTP for the crawlers: allowed hosts only, robots.txt, shared rate limits, retries,
 and a content-addressed response cache in the output store.
 
+robots.txt is read as crawlers read it today (RFC 9309, through protego): `*` and `$` in paths, the longest
+matching rule wins, and it is checked for every URL fetched, each redirect hop included. Secret query parameters
+(`key=`, `access_token=`) never reach a cache key, a failure reason, a log line or a file.
+
 Every response that settles a URL (2xx, or a permanent 4xx) is cached before the caller sees it, so a
 crawl killed at any point and run again re-parses from the cache and never fetches a settled URL twice.
 Transient failures (429, 5xx, resets, timeouts, truncated bodies) are retried with exponential backoff and
@@ -15,13 +19,14 @@ import os
 import random
 import tempfile
 import time
-import urllib.robotparser
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
+from protego import Protego
 
 from crawl.ratelimit import LocalLimiter
+from runtime.errors import scrub
 
 USER_AGENT = "stackexchangeqa-crawler/0.1 (research corpus builder; +https://github.com/qa-at-scale)"
 SECRET_PARAMS = frozenset({"key", "access_token"})  # never part of a cache key, never written to disk
@@ -57,6 +62,10 @@ class FetchResult:
     from_cache: bool = False
     attempts: int = 0
     content_type: str = ""
+
+    def __post_init__(self):
+        self.url = public_url(self.url) if self.url.startswith(("http://", "https://")) else scrub(self.url)
+        self.reason = scrub(self.reason)  # an HTTP library's error text repeats the whole URL
 
     def text(self) -> str:
         return self.body.decode("utf-8", errors="replace")
@@ -153,7 +162,7 @@ class Fetcher:
         self.limiter = limiter or LocalLimiter(cfg.rates, cfg.requests_per_second)
         self.session = requests.Session()
         self.session.headers["User-Agent"] = cfg.user_agent
-        self.robots: dict[str, urllib.robotparser.RobotFileParser | str] = {}
+        self.robots: dict[str, Protego | str] = {}  # per host: its rules, or why it could not be read
         self.sleep = sleep
         self.fetched = 0  # network requests sent (attempts), for tests and progress
 
@@ -182,7 +191,7 @@ class Fetcher:
             verdict = self._robots_verdict(url)
             if verdict:
                 return FetchResult(shown, False, reason=verdict)
-        result = self._fetch(url, limit_key or host_of(url), validate)
+        result = self._fetch(url, limit_key or host_of(url), validate, check_robots and self.cfg.respect_robots)
         settled_error = 400 <= result.status < 500 and result.status not in TRANSIENT_STATUS
         if result.ok or (cache_errors and settled_error):
             self.cache.put(result)  # settled: a re-run never asks again
@@ -191,35 +200,33 @@ class Fetcher:
     def _robots_verdict(self, url: str) -> str:
         """'' when robots.txt lets our User-Agent fetch `url`, else the reason."""
         host = host_of(url)
-        parser = self.robots.get(host)
-        if parser is None:
+        rules = self.robots.get(host)
+        if rules is None:
             parts = urlsplit(url)
             robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
             cached = self.cache.get(robots_url)
-            result = cached or self._fetch(robots_url, host)
+            result = cached or self._fetch(robots_url, host, check_robots=False)
             if cached is None and (result.ok or result.status in (401, 403, 404, 410)):
                 self.cache.put(result)
-            parser = urllib.robotparser.RobotFileParser(robots_url)
             if result.ok:
-                parser.parse(result.text().splitlines())
-                delay = parser.crawl_delay(self.cfg.user_agent)
+                rules = Protego.parse(result.text())
+                delay = rules.crawl_delay(self.cfg.user_agent)
                 if delay:
                     self.limiter.slow_down(host, 1.0 / float(delay))
             elif result.status in (401, 403):
-                parser.disallow_all = True
+                rules = Protego.parse("User-agent: *\nDisallow: /\n")
             elif result.status in (404, 410):
-                parser.allow_all = True
+                rules = Protego.parse("")
             else:  # unreachable robots.txt: assume nothing is allowed until it can be read
-                self.robots[host] = f"robots.txt of {host} unavailable ({result.reason or result.status})"
-                return self.robots[host]
-            self.robots[host] = parser
-        if isinstance(parser, str):
-            return parser
-        if parser.can_fetch(self.cfg.user_agent, url):
+                rules = f"robots.txt of {host} unavailable ({result.reason or result.status})"
+            self.robots[host] = rules
+        if isinstance(rules, str):
+            return rules
+        if rules.can_fetch(url, self.cfg.user_agent):
             return ""
         return f"disallowed by robots.txt of {host}"
 
-    def _fetch(self, url: str, limit_key: str, validate=None) -> FetchResult:
+    def _fetch(self, url: str, limit_key: str, validate=None, check_robots: bool = False) -> FetchResult:
         shown = public_url(url)
         reason, status = "", 0
         for attempt in range(self.cfg.max_retries + 1):
@@ -228,7 +235,7 @@ class Fetcher:
             self.limiter.wait(limit_key)
             self.fetched += 1
             try:
-                response, body = self._send(url)
+                response, body = self._send(url, check_robots)
             except _Refused as err:
                 return FetchResult(shown, False, reason=str(err), attempts=attempt + 1)
             except requests.exceptions.Timeout:
@@ -262,8 +269,9 @@ class Fetcher:
         return FetchResult(shown, False, status, reason=f"{reason} after {self.cfg.max_retries + 1} attempts",
                            attempts=self.cfg.max_retries + 1)
 
-    def _send(self, url: str):
-        """One GET, following redirects only to allowed hosts; the body read whole or not at all."""
+    def _send(self, url: str, check_robots: bool = False):
+        """One GET, following redirects only to allowed hosts and, with `check_robots`, only where robots.txt
+        allows the hop; the body read whole or not at all."""
         for _ in range(self.cfg.max_redirects + 1):
             response = self.session.get(url, timeout=self.cfg.timeout, stream=True, allow_redirects=False)
             if response.is_redirect:
@@ -272,6 +280,9 @@ class Fetcher:
                 if not self.allowed(target):
                     raise _Refused(f"refused: redirect from {public_url(url)} to {host_of(target) or target!r}, "
                                    "not an allowed host")
+                verdict = self._robots_verdict(target) if check_robots else ""
+                if verdict:
+                    raise _Refused(f"refused: redirect from {public_url(url)} to {public_url(target)}: {verdict}")
                 url = target
                 continue
             chunks, size = [], 0

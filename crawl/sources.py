@@ -21,6 +21,7 @@ from crawl.dump import ANSWER, FETCH_FAILED, POSTS, QUESTION, licence_for
 from crawl.http import FetchConfig, Fetcher, host_of
 from crawl.pages import crawl_question
 from crawl.sites import api_site, site_host
+from runtime.errors import scrub
 
 def record_to_posts(record: dict, origin: str) -> list[dict]:
     """A crawl record (question with answers) as POSTS rows: the question, then its answers."""
@@ -43,9 +44,11 @@ def record_to_posts(record: dict, origin: str) -> list[dict]:
 
 
 def failure_row(url: str, reason: str, site: str = "") -> dict:
+    """A URL that failed, as a POSTS row; secrets in the URL or the reason are scrubbed (the row reaches
+    failures.jsonl and the data card)."""
     return {"site": site, "id": -1, "post_type": FETCH_FAILED, "parent_id": -1, "accepted_answer_id": -1,
-            "score": 0, "title": "", "body": "", "tags": [], "creation_date": "", "line": -1, "origin": url,
-            "licence": "", "failure": reason or "failed", "author_id": None, "author": ""}
+            "score": 0, "title": "", "body": "", "tags": [], "creation_date": "", "line": -1, "origin": scrub(url),
+            "licence": "", "failure": scrub(reason) or "failed", "author_id": None, "author": ""}
 
 
 @dataclass

@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.stackexchangeqa import BuildConfig, DROP_REASONS
+from runtime.checks import MissingInput, UsageError
 
 
 def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
@@ -35,7 +36,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--dump", action="append", default=[], metavar="[SITE=]PATH",
                    help="a Posts.xml or Posts.xml.gz; repeat for several sites. The site name comes from the "
                         "folder (beer.stackexchange.com/Posts.xml) unless given as SITE=PATH")
-    p.add_argument("--output", required=True, help="output folder; replaced atomically when the build completes")
+    p.add_argument("--output", required=True,
+                   help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
+                        "when the new one is complete (a folder that holds an input, or anything else, is refused)")
     p.add_argument("--min-score", type=int, default=2, help="an answer needs at least this score to be a positive "
                                                             "(the paper: two up-votes)")
     p.add_argument("--negatives", type=float, default=15.71, help="negatives sampled per positive pair; a "
@@ -98,7 +101,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p.add_argument("--verbose", action="store_true",
                    help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
                         "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the inputs and the output folder as a run would, print the resolved "
+                        "configuration and exit (2 where the run would be refused)")
     args = p.parse_args(argv)
     if args.source == "dump" and not args.dump and not args.download:
         p.error("--dump or --download is required with --source dump")
@@ -129,7 +134,15 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         site, sep, path = spec.partition("=")
         sites.append(site if sep else None)
         paths.append(path if sep else spec)
-    cfg = BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
+    try:
+        cfg = _config(args, paths, sites, exclude, urls)
+    except UsageError as error:
+        p.error(str(error))
+    return cfg, args
+
+
+def _config(args, paths: list[str], sites: list, exclude: dict, urls: list[str]) -> BuildConfig:
+    return BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
                       negative_pool=args.negative_pool, dedup=args.dedup, rows_per_shard=args.rows_per_shard,
                       read_range_mb=args.read_range_mb, partition_mb=args.partition_mb,
                       near_duplicate_threshold=args.near_duplicate_threshold, exclude_test_sets=exclude,
@@ -144,7 +157,6 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
                       requests_per_second=args.requests_per_second,
                       api_requests_per_second=args.api_requests_per_second, crawlers=args.crawlers,
                       max_retries=args.max_retries)
-    return cfg, args
 
 
 def summary(stats: dict) -> str:
@@ -169,9 +181,40 @@ def summary(stats: dict) -> str:
     return "\n".join(lines)
 
 
+def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
+    """What the build would refuse first, before any download or Ray (and all that --dry-run checks): dumps that
+    are missing, an output folder that would destroy something (it holds a dump, the crawl cache, a test set to
+    exclude, the URL list or the downloads, or it is not an earlier build), and dumps that cannot be read."""
+    from crawl.dump import check_readable
+    from pipelines.atomic import check_output
+    from pipelines.stackexchangeqa import JOB, earlier_build
+
+    for path in cfg.dumps:
+        if not os.path.exists(path):
+            raise MissingInput(f"--dump {path}: no such file or folder")
+    others = [args.urls, args.sites_xml, args.download_dir, args.checksums if "://" not in (args.checksums or "")
+              else None]
+    check_output(cfg.output, JOB, cfg.input_paths() + [p for p in others if p], earlier_build)
+    for path in cfg.dumps:  # the common mistakes (a folder without a dump, an empty file, not gzip): exit 1
+        check_readable(path)
+
+
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
-    if args.download and not args.dry_run:
+    from crawl.dump import DumpError, check_readable
+    from runtime.errors import fail
+
+    try:
+        check_inputs(cfg, args)
+    except (UsageError, DumpError) as err:
+        return fail("build_stackexchangeqa", err)
+    if args.dry_run:
+        shown = asdict(cfg)
+        shown["api_key"] = "***" if cfg.api_key else None
+        shown["urls"] = f"{len(cfg.urls)} URLs" if cfg.urls else []
+        print(json.dumps(shown, indent=2))
+        return 0
+    if args.download:
         from crawl.download import DownloadConfig, DownloadError, download_sites, load_checksums, parse_sites_xml
 
         try:
@@ -180,27 +223,16 @@ def main(argv=None) -> int:
                      else [s.strip() for s in wanted.split(",") if s.strip()])
             dl_cfg = DownloadConfig(dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
                                     mirror=args.mirror, checksums=load_checksums(args.checksums))
-            cfg.dumps += download_sites(sites, dl_cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+            downloaded = download_sites(sites, dl_cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+            for path in downloaded:
+                check_readable(path)
+            cfg.dumps += downloaded
             cfg.sites = cfg.sites + [None] * (len(cfg.dumps) - len(cfg.sites)) if cfg.sites else []
-        except (DownloadError, OSError) as err:
-            print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
-            return 1
-    if args.dry_run:
-        shown = asdict(cfg)
-        shown["api_key"] = "***" if cfg.api_key else None
-        shown["urls"] = f"{len(cfg.urls)} URLs" if cfg.urls else []
-        print(json.dumps(shown, indent=2))
-        return 0
-    from crawl.dump import DumpError, check_readable
+        except (DownloadError, DumpError, OSError) as err:
+            return fail("build_stackexchangeqa", err)
     from runtime.ray_env import run_on_ray
     from pipelines.stackexchangeqa import write
 
-    try:
-        for path in cfg.dumps:  # the common mistakes, reported before Ray starts
-            check_readable(path)
-    except DumpError as err:
-        print(f"build_stackexchangeqa: error: {err}", file=sys.stderr)
-        return 1
     stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc

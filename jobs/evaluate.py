@@ -41,32 +41,42 @@ def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
                    help="rows scored at once (default: the run's dev batch size, which reproduces its dev figures "
                         "exactly; another size pads differently and can move near-tied scores)")
     p.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda, cuda:1, ...")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the checkpoint, the data and the output as a run would, print the resolved "
+                        "configuration and exit (2 where the run would be refused)")
     args = p.parse_args(argv)
     # imported once the arguments parsed: the scoring modules load torch (1.5 s), which --help need not wait for
+    from runtime.checks import UsageError
     from training.evaluation import EvaluateConfig
 
-    cfg = EvaluateConfig(checkpoint=args.checkpoint, data=args.data, split=args.split, output=args.output,
-                         which=args.which, eval_policy=args.eval_policy, batch_size=args.batch_size,
-                         device=args.device)
+    try:
+        cfg = EvaluateConfig(checkpoint=args.checkpoint, data=args.data, split=args.split, output=args.output,
+                             which=args.which, eval_policy=args.eval_policy, batch_size=args.batch_size,
+                             device=args.device)
+    except UsageError as error:
+        p.error(str(error))
     return cfg, args
 
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
-    if args.dry_run:
-        print(json.dumps(asdict(cfg), indent=2))
-        return 0
+    from runtime.errors import fail
     from training.checkpoints import write_jsonl
     from training.evaluation import evaluate_checkpoint, print_summary
 
+    try:  # the checkpoint (its checksums), the data and the output, as the run would check them first
+        checkpoint = cfg.check_inputs()
+    except Exception as error:
+        return fail("evaluate", error)
+    if args.dry_run:
+        print(json.dumps(dict(asdict(cfg), resolved_checkpoint=checkpoint), indent=2))
+        return 0
     try:
         summary, records = evaluate_checkpoint(cfg)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"evaluate: error: {error}", file=sys.stderr)
-        return 2
-    if cfg.output:
-        write_jsonl(records, cfg.output)
+        if cfg.output:
+            write_jsonl(records, cfg.output)
+    except Exception as error:  # one line naming the file or checkpoint (the traceback in the log it names)
+        return fail("evaluate", error)
     print_summary(summary)
     print(json.dumps(summary))
     return 0

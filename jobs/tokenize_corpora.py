@@ -38,6 +38,8 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.tokenize import TokenizeConfig
+from runtime.checks import UsageError
+from runtime.errors import fail
 
 DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql", "searchqa", "quasart",
             "wikihop", "squad")
@@ -47,7 +49,9 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, choices=DATASETS, help="which corpus format --input holds")
     p.add_argument("--input", required=True, help="the corpus folder")
-    p.add_argument("--output", required=True, help="output folder; replaced atomically when complete")
+    p.add_argument("--output", required=True,
+                   help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
+                        "when the new one is complete (a folder that holds an input, or anything else, is refused)")
     p.add_argument("--min-count", type=int, default=1, help="tokens seen fewer times in train map to <unk>")
     p.add_argument("--max-vocab", type=int, default=100_000, help="vocabulary size cap, reserved ids included")
     p.add_argument("--min-char-count", type=int, default=1,
@@ -80,20 +84,29 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p.add_argument("--verbose", action="store_true",
                    help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
                         "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the inputs and the output folder as a run would, print the resolved "
+                        "configuration and exit (2 where the run would be refused)")
     args = p.parse_args(argv)
-    cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
-                         max_vocab=args.max_vocab, lowercase=not args.cased,
-                         clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
-                         semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
-                         quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb,
-                         min_char_count=args.min_char_count, max_chars=args.max_chars,
-                         max_word_chars=args.max_word_chars, vocab=args.vocab)
+    try:
+        cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
+                             max_vocab=args.max_vocab, lowercase=not args.cased,
+                             clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
+                             semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
+                             quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb,
+                             min_char_count=args.min_char_count, max_chars=args.max_chars,
+                             max_word_chars=args.max_word_chars, vocab=args.vocab)
+    except UsageError as error:
+        p.error(str(error))
     return cfg, args
 
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
+    try:  # what the run would refuse first, before Ray starts; --dry-run stops after it
+        cfg.check_inputs()
+    except UsageError as error:
+        return fail("tokenize_corpora", error)
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0

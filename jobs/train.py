@@ -53,6 +53,11 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
                         "and at every epoch end; the best checkpoint is kept); 0: never early (default: the "
                         "recipe's)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every N steps (and every epoch end)")
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                   help="also checkpoint whenever this many minutes passed since the last checkpoint, whatever the "
+                        "steps: what a crash or a preemption can lose at most (0: off). SIGINT or SIGTERM (Ctrl-C, "
+                        "`ray job stop`) saves a checkpoint at the next step and stops; run the same command to "
+                        "resume")
     p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept on storage")
     p.add_argument("--num-workers", type=int, default=1, help="Ray Train workers (data-parallel replicas)")
     p.add_argument("--cpus-per-worker", type=float, default=None, help="CPUs each worker reserves (default: "
@@ -138,7 +143,10 @@ def parse_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     p.add_argument("--verbose", action="store_true",
                    help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
                         "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the data, word vectors, --init-from, the run folder and --test-output as a "
+                        "run would before training, print the resolved configuration and exit (2 where the run would "
+                        "be refused)")
     args = p.parse_args(argv)
     overrides = model_options(MODELS[args.model], args.model_option, p.error)
     try:
@@ -158,7 +166,8 @@ def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
     recipe_flags = {name: getattr(args, name) for name in RECIPE_FIELDS if hasattr(args, name)}
     return TrainConfig(model=args.model, data=args.data, storage_path=args.storage_path, name=args.name,
                        max_steps=args.max_steps, recipe=args.recipe, **recipe_flags, head_lr=args.head_lr,
-                       checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+                       checkpoint_every=args.checkpoint_every, checkpoint_minutes=args.checkpoint_minutes,
+                       keep_checkpoints=args.keep_checkpoints,
                        num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker, use_gpu=args.use_gpu,
                        gpus_per_worker=args.gpus_per_worker, max_failures=args.max_failures, seed=args.seed,
                        max_len=args.max_len, dim=args.dim, hops=args.hops, dropout=args.dropout,
@@ -232,51 +241,53 @@ def print_dev_figures(summary: dict) -> None:
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
-    if args.dry_run:
-        from training.checkpoints import pretrained_config
-        from training.config import data_fields
-        from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
-        from training.models import model_config
+    from runtime.errors import fail
+    from training.trainer import check_run
 
-        try:
-            vectors = embeddings_path(cfg)
-            manifest = read_manifest(cfg.data) if os.path.exists(os.path.join(cfg.data, "manifest.json")) else {}
-            if manifest:
-                check_data_fits_model(cfg, manifest)
-                if cfg.test_split and cfg.test_split not in manifest["splits"]:
-                    raise ValueError(f"{cfg.data}: no {cfg.test_split!r} split to score (--test-split); it has "
-                                     f"{', '.join(sorted(manifest['splits']))}")
-            vocab_size = manifest.get("vocab_size")
-            shape = embeddings_shape(vectors, vocab_size) if vectors else None
-            init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
-            config = model_config(cfg, vocab_size, shape[1] if shape else None, data_fields(manifest), pretrained)
-        except (ValueError, FileNotFoundError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    try:  # every check a run makes before training, before Ray starts; --dry-run stops after them
+        plan = check_run(cfg)
+        if args.test_output:
+            from pipelines.atomic import check_output_file
+            from pipelines.shards import tokenised_files
+
+            check_output_file(args.test_output, tokenised_files(cfg.data), option="--test-output")
+    except Exception as error:
+        return fail("train", error)
+    if args.dry_run:
         from qa_models import MODELS
         from qa_models.recipes import recipe_of
 
         recipe = recipe_of(MODELS[cfg.model], cfg.recipe)
-        print(json.dumps(dict(asdict(cfg), embeddings_file=vectors, init_checkpoint=init_from,
-                              model_config=asdict(config),
+        print(json.dumps(dict(asdict(cfg), embeddings_file=plan.vectors, init_checkpoint=plan.init_from,
+                              resume_from=plan.resume_from, total_steps=plan.total_steps,
+                              model_config=asdict(plan.model_config),
                               recipe_text={"source": recipe.source, "ours": recipe.ours,
                                            "deviations": recipe.deviations}), indent=2))
         return 0
     from runtime.ray_env import run_on_ray
+    from training.evaluation import print_summary
     from training.trainer import run
 
-    summary, rc = run_on_ray("train", lambda: run(cfg), args.num_cpus, state_api=True, verbose=args.verbose)
+    summary, rc = run_on_ray("train", lambda: run(cfg, plan), args.num_cpus, state_api=True, verbose=args.verbose)
     if rc:
         return rc
+    summary.pop("loss_curve", None)
+    if summary.get("interrupted"):
+        import signal
+
+        print(f"train: stopped by {summary['interrupted']} at step {summary['steps']} of {summary['total_steps']}; "
+              f"checkpoint {summary['checkpoint']}; run the same command to resume", file=sys.stderr)
+        print(json.dumps(summary))
+        return 128 + int(getattr(signal, summary["interrupted"]))
     print_dev_figures(summary)
     if summary.get("test"):
-        from jobs.evaluate import print_summary
-
         print_summary(summary["test"])
         if args.test_output:
-            fetch(summary["test"]["predictions"], args.test_output)
+            try:
+                fetch(summary["test"]["predictions"], args.test_output)
+            except OSError as error:
+                return fail("train", error)
             summary["test"]["output"] = args.test_output
-    summary.pop("loss_curve", None)
     print(json.dumps(summary))
     return 0
 

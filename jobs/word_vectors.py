@@ -22,6 +22,8 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.vectors import VectorsConfig
+from runtime.checks import UsageError
+from runtime.errors import fail
 
 
 def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
@@ -45,31 +47,35 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
     p.add_argument("--seed", type=int, default=0, help="fastText and the random rows of uncovered words")
     p.add_argument("--no-lowercase-fallback", action="store_true",
                    help="--vectors: do not give a word missing from cased vectors its lower-case form's vector")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the inputs and the output as a run would, print the resolved "
+                        "configuration and exit (2 where the run would be refused)")
     args = p.parse_args(argv)
-    cfg = VectorsConfig(data=args.data, vectors=args.vectors, dim=args.dim, epochs=args.epochs, window=args.window,
-                        min_count=args.min_count, min_n=args.min_n, max_n=args.max_n, workers=args.workers,
-                        seed=args.seed, lowercase_fallback=not args.no_lowercase_fallback,
-                        encoder=args.from_encoder, encoder_layer=args.encoder_layer, output=args.output)
+    try:
+        cfg = VectorsConfig(data=args.data, vectors=args.vectors, dim=args.dim, epochs=args.epochs,
+                            window=args.window, min_count=args.min_count, min_n=args.min_n, max_n=args.max_n,
+                            workers=args.workers, seed=args.seed, lowercase_fallback=not args.no_lowercase_fallback,
+                            encoder=args.from_encoder, encoder_layer=args.encoder_layer, output=args.output)
+    except UsageError as error:
+        p.error(str(error))
     return cfg, args
 
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
+    try:  # what the run would refuse first; --dry-run stops after it
+        cfg.check_inputs()
+    except UsageError as error:
+        return fail("word_vectors", error)
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
-    if not os.path.exists(os.path.join(cfg.data, "manifest.json")):
-        print(f"word_vectors: error: {cfg.data}/manifest.json not found (run jobs/tokenize_corpora.py first)",
-              file=sys.stderr)
-        return 2
-    from pipelines.vectors import VectorsError, write
+    from pipelines.vectors import write
 
     try:
         stats = write(cfg)
-    except (VectorsError, FileNotFoundError) as err:
-        print(f"word_vectors: error: {err}", file=sys.stderr)
-        return 2
+    except Exception as error:  # one line naming the file and line (the traceback in the log it names)
+        return fail("word_vectors", error)
     print(f"{stats['vocab_size']:,} words x {stats['dim']}: {stats['covered']:,} covered, out of vocabulary "
           f"{stats['oov_rate']:.1%} of words and {stats['oov_token_rate']:.1%} of training tokens; wrote "
           f"{cfg.output or os.path.join(cfg.data, 'embeddings.npy')}")

@@ -21,6 +21,9 @@ from dataclasses import asdict, dataclass
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from runtime.checks import UsageError, integer_at_least, one_of
+from runtime.errors import fail
+
 
 @dataclass
 class ZeroShotConfig:
@@ -32,6 +35,34 @@ class ZeroShotConfig:
     batch_size: int = 64
     max_len: int = 256
     threads: int | None = None  # None: torch's default (every core)
+
+    def __post_init__(self):
+        """Every option range-checked here, before any work (--dry-run runs the same checks)."""
+        one_of("--eval-policy", self.eval_policy, ("clean", "strict", "raw"))
+        integer_at_least("--batch-size", self.batch_size, 1)
+        integer_at_least("--max-len", self.max_len, 2)
+        integer_at_least("--threads", self.threads, 1, allow_none=True)
+
+    def check_inputs(self) -> None:
+        """The data's manifest and split, the encoder, and an --output that would replace an input."""
+        from pipelines.atomic import check_output_file
+        from pipelines.shards import tokenised_files
+        from qa_models.encoders import resolve_encoder
+        from training.data import read_manifest
+
+        manifest = read_manifest(self.data)
+        if manifest.get("schema", "tokenised_pairs") != "tokenised_pairs":
+            raise UsageError(f"{self.data}: {manifest.get('schema')} shards; a bi-encoder ranks answer-selection "
+                             "pairs")
+        if self.split not in manifest.get("splits", {}):
+            raise UsageError(f"--split {self.split}: {self.data} has no such split (it has "
+                             f"{', '.join(sorted(manifest.get('splits', {})))})")
+        try:
+            resolve_encoder(self.encoder_path)
+        except (ImportError, FileNotFoundError, ValueError) as error:
+            raise UsageError(f"--encoder-path {self.encoder_path}: {error}") from None
+        if self.output:
+            check_output_file(self.output, tokenised_files(self.data))
 
 
 def score_split(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
@@ -83,16 +114,25 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
     p.add_argument("--batch-size", type=int, default=64, help="texts embedded at once")
     p.add_argument("--max-len", type=int, default=256, help="word pieces kept per text (sentence-transformers: 256)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the options, the data, the encoder and the output as a run would, print the resolved "
+                        "configuration and exit (2 where the run would be refused)")
     args = p.parse_args(argv)
-    cfg = ZeroShotConfig(data=args.data, encoder_path=args.encoder_path, split=args.split, output=args.output,
-                         eval_policy=args.eval_policy, batch_size=args.batch_size, max_len=args.max_len,
-                         threads=args.threads)
+    try:
+        cfg = ZeroShotConfig(data=args.data, encoder_path=args.encoder_path, split=args.split, output=args.output,
+                             eval_policy=args.eval_policy, batch_size=args.batch_size, max_len=args.max_len,
+                             threads=args.threads)
+    except UsageError as error:
+        p.error(str(error))
     return cfg, args
 
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
+    try:
+        cfg.check_inputs()
+    except Exception as error:
+        return fail("zero_shot", error)
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
@@ -100,11 +140,10 @@ def main(argv=None) -> int:
     from training.evaluation import print_summary
     try:
         summary, records = score_split(cfg)
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        print(f"zero_shot: error: {error}", file=sys.stderr)
-        return 2
-    if cfg.output:
-        write_jsonl(records, cfg.output)
+        if cfg.output:
+            write_jsonl(records, cfg.output)
+    except Exception as error:  # one line naming the file (the traceback in the log it names)
+        return fail("zero_shot", error)
     print_summary(summary)
     print(json.dumps(summary))
     return 0

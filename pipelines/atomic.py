@@ -1,29 +1,116 @@
-"""Outputs that appear whole or not at all: build in a sibling staging folder, then rename into place."""
+"""Outputs that appear whole or not at all, and never in place of something the user did not ask to replace.
+
+A job's output folder is built in a sibling staging folder and renamed into place once complete. Before any
+work, `check_output` refuses an output that would destroy something: an existing file, a folder that is or
+holds one of the job's inputs, or a non-empty folder that is not an earlier output of the same job (recognised
+by the marker, `.qa-output.json`, that `staged_dir` writes into every output it completes). Replacing an
+earlier output stays atomic: a crash at any point leaves the old output or the new one.
+"""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import time
 import uuid
+
+from runtime.checks import UsageError
+
+
+MARKER = ".qa-output.json"  # written last into a completed output: which job wrote it, and when
+STAGING_MARKER = ".qa-staging"  # in a staging folder from its creation: only such folders are cleaned up
+
+
+class OutputError(UsageError):
+    """An output path the job refuses (the message names the path and why)."""
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies under it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def output_job(folder: str) -> str | None:
+    """The job named by `folder`'s completion marker, or None (no marker, or not one of ours)."""
+    try:
+        with open(os.path.join(folder, MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return marker.get("job") if isinstance(marker, dict) else None
+
+
+def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "--output") -> None:
+    """Raise OutputError if writing the folder `target` would destroy what the user did not ask to replace.
+
+    Refused: `target` is an existing file (or anything but a folder); `target` is one of `inputs` or holds one;
+    `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
+    returning True for outputs written before markers existed). A missing or empty folder is fine."""
+    real = _real(target)
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise OutputError(f"{option} {target}: an existing file, not a folder; name a new folder (nothing was "
+                          "changed)")
+    for path in inputs:
+        if path and "://" not in str(path) and _within(_real(str(path)), real):
+            what = "is" if _real(str(path)) == real else "holds"
+            raise OutputError(f"{option} {target}: {what} the input {path}; replacing it would delete that input "
+                              "(name another folder)")
+    if not os.path.isdir(target) or not os.listdir(target):
+        return
+    if output_job(target) == job or (legacy is not None and output_job(target) is None and legacy(target)):
+        return
+    other = output_job(target)
+    why = f"an output of {other}" if other else f"not an earlier output of {job} (no {MARKER})"
+    raise OutputError(f"{option} {target}: a non-empty folder, {why}; replacing it would delete what it holds "
+                      "(name a new or empty folder)")
+
+
+def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
+    """Raise OutputError if the file `target` would replace one of `inputs` (files, or folders it lies in are not
+    checked: a results file may live beside its data) or is a folder."""
+    if os.path.isdir(target):
+        raise OutputError(f"{option} {target}: a folder; name a file")
+    real = _real(target)
+    for path in inputs:
+        if path and "://" not in str(path) and _real(str(path)) == real:
+            raise OutputError(f"{option} {target}: is the input {path}; writing it would destroy that input "
+                              "(name another file)")
+
+
+def write_marker(folder: str, job: str) -> None:
+    with open(os.path.join(folder, MARKER), "w") as f:
+        json.dump({"job": job, "completed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f)
 
 
 @contextlib.contextmanager
-def staged_dir(target: str):
+def staged_dir(target: str, job: str, inputs=(), legacy=None):
     """Yield an empty staging folder beside `target`; on success it replaces `target`, on error it is removed.
 
-    Staging folders left by a killed run are removed first. A previous `target` is moved aside before the
-    swap and deleted after it, so a crash at any point leaves either the old or the new output.
-    """
+    `check_output(target, job, inputs, legacy)` runs first. Staging folders of a killed run of ours (they hold
+    STAGING_MARKER) are removed; nothing else beside `target` is touched. An earlier output at `target` is
+    moved aside just before the swap and deleted after it, so a crash at any point leaves either the old or the
+    new output, and the new one carries the job's completion marker."""
+    check_output(target, job, inputs, legacy)
     target = os.path.abspath(target)
     parent, name = os.path.split(target)
     os.makedirs(parent, exist_ok=True)
     for stale in os.listdir(parent):
-        if stale.startswith(name + ".partial-") or stale.startswith(name + ".old-"):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+        path = os.path.join(parent, stale)
+        ours = os.path.exists(os.path.join(path, STAGING_MARKER)) or output_job(path) == job
+        if ours and (stale.startswith(name + ".partial-") or stale.startswith(name + ".old-")):
+            shutil.rmtree(path, ignore_errors=True)
     staging = os.path.join(parent, f"{name}.partial-{uuid.uuid4().hex[:8]}")
     os.makedirs(staging)
+    open(os.path.join(staging, STAGING_MARKER), "w").close()
     try:
         yield staging
+        os.remove(os.path.join(staging, STAGING_MARKER))
+        write_marker(staging, job)
         old = None
         if os.path.exists(target):
             old = os.path.join(parent, f"{name}.old-{uuid.uuid4().hex[:8]}")

@@ -461,6 +461,7 @@ def write_passages(cfg) -> dict:
     from ray.data.expressions import col
 
     from pipelines.atomic import staged_dir
+    from pipelines.tokenize import JOB, earlier_tokenisation
     from pipelines.shards import manifest_for, write_shards
     from pipelines.vocabulary import vocabulary_for
 
@@ -472,7 +473,7 @@ def write_passages(cfg) -> dict:
     found = {"sizes": {s: {"questions": q} for s, (q, _) in corpus.sizes().items()},
              "differences_from_published": corpus.check_sizes(), "skipped": corpus.skipped,
              "dropped_without_question_or_passages": corpus.dropped_by_filter}
-    with staged_dir(cfg.output) as staging:
+    with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_tokenisation) as staging:
         # Every split through one actor pool: the split rides along as a column.
         blocks = []
         for split, table in corpus.splits.items():

@@ -177,9 +177,26 @@ def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str],
                 raise ShardError(f"{path}: listed in {data}/manifest.json but missing")
             if "bytes" in entry and os.path.getsize(path) != entry["bytes"]:
                 raise ShardError(f"{path}: {os.path.getsize(path):,} bytes, the manifest says {entry['bytes']:,}")
-            if "rows" in entry and pq.ParquetFile(path).metadata.num_rows != entry["rows"]:
+            try:
+                rows = pq.ParquetFile(path).metadata.num_rows
+            except (OSError, ValueError) as error:  # a damaged footer
+                raise ShardError(f"{path}: not a readable Parquet file ({error})") from None
+            if "rows" in entry and rows != entry["rows"]:
                 raise ShardError(f"{path}: row count differs from the manifest")
             if verify == "sha256" and sha256_file(path) != entry["sha256"]:
                 raise ShardError(f"{path}: sha256 differs from the manifest (changed after it was written)")
     check_parquet_files(paths, schema)
     return paths, schema
+
+
+def tokenised_files(data: str) -> list[str]:
+    """Every file of a tokenised folder that a job reads (manifest, vocabulary, word vectors, the shards the
+    manifest lists): what no job's output may replace."""
+    files = [os.path.join(data, name) for name in ("manifest.json", "vocab.json", "embeddings.npy")]
+    try:
+        with open(os.path.join(data, "manifest.json")) as f:
+            splits = json.load(f).get("splits", {})
+    except (OSError, ValueError, AttributeError):
+        return files
+    return files + [os.path.join(data, entry["path"]) for split in splits.values() for entry in split.get("files", [])
+                    if isinstance(entry, dict) and "path" in entry]

@@ -47,6 +47,7 @@ from pipelines.blocks import (differs_from_previous, map_groups_in_block, materi
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
 from pipelines.atomic import staged_dir
+from runtime.checks import UsageError, at_least, integer_at_least, one_of, whole, within
 from pipelines.langid import LanguageIdentifier
 from pipelines.negatives import POOL_MODES, negative_blocks, pool_groups
 from pipelines.schemas import QA_PAIRS, conform
@@ -54,6 +55,7 @@ from pipelines.shards import consecutive_groups, write_blocks, write_parquet_ato
 from pipelines.shuffle import composed, hash_shuffle
 from pipelines.text import html_to_text
 
+JOB = "build_stackexchangeqa"  # the name its outputs carry (pipelines.atomic)
 SPLITS = ("train", "dev", "test")
 DUPLICATE_MARK = -2  # post_type of the rows that carry "this answer duplicates that one" into its thread
 PAPER = {"positive_pairs": 628_706, "negative_pairs": 9_874_758, "negatives_per_positive": round(9_874_758 / 628_706, 2)}
@@ -122,16 +124,50 @@ class BuildConfig:
     max_retries: int = 4
 
     def __post_init__(self):
-        if self.negatives < 0:
-            raise ValueError(f"negatives must be >= 0, got {self.negatives}")
-        if self.dedup not in DEDUP_MODES:
-            raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {self.dedup!r}")
-        if self.negative_pool not in POOL_MODES:
-            raise ValueError(f"negative_pool must be one of {POOL_MODES}, got {self.negative_pool!r}")
-        if self.read_range_mb < 1 or self.partition_mb < 1:
-            raise ValueError("read_range_mb and partition_mb must be at least 1")
-        if not 0 <= self.dev_fraction + self.test_fraction < 1:
-            raise ValueError("dev_fraction + test_fraction must be in [0, 1)")
+        """Every option range-checked here, before any work (the job's --dry-run runs the same checks)."""
+        whole("--min-score", self.min_score)
+        at_least("--negatives", self.negatives, 0)
+        one_of("--dedup", self.dedup, DEDUP_MODES)
+        one_of("--negative-pool", self.negative_pool, POOL_MODES)
+        integer_at_least("negative_bucket_size", self.negative_bucket_size, 1)
+        within("--near-duplicate-threshold", self.near_duplicate_threshold, 0, 1)
+        integer_at_least("--overlap-ngram", self.overlap_ngram, 1)
+        within("--dev-fraction", self.dev_fraction, 0, 1, high_open=True)
+        within("--test-fraction", self.test_fraction, 0, 1, high_open=True)
+        if self.dev_fraction + self.test_fraction >= 1:
+            raise UsageError(f"--dev-fraction {self.dev_fraction} and --test-fraction {self.test_fraction} leave no "
+                             "questions to train on (their sum must be below 1)")
+        within("--fasttext-threshold", self.fasttext_threshold, 0, 1)
+        integer_at_least("--language-chars", self.language_chars, 1, allow_none=True)
+        within("--english-threshold", self.english_threshold, 0, 1)
+        integer_at_least("--rows-per-shard", self.rows_per_shard, 1)
+        integer_at_least("--read-range-mb", self.read_range_mb, 1)
+        integer_at_least("--partition-mb", self.partition_mb, 1)
+        integer_at_least("--api-max-pages", self.api_max_pages, 1, allow_none=True)
+        for option, rate in (("--requests-per-second", self.requests_per_second),
+                             ("--api-requests-per-second", self.api_requests_per_second)):
+            at_least(option, rate, 0)
+            if rate == 0:
+                raise UsageError(f"{option} must be above 0 (a crawler that may send nothing never ends)")
+        integer_at_least("--crawlers", self.crawlers, 1)
+        integer_at_least("--max-retries", self.max_retries, 0)
+        if self.sites and len(self.sites) != len(self.dumps):
+            raise UsageError(f"{len(self.sites)} site names for {len(self.dumps)} dumps")
+
+    def input_paths(self) -> list[str]:
+        """What the build reads and keeps, which its output must never hold: dumps, test sets to exclude, the
+        crawl cache."""
+        return [*self.dumps, *self.exclude_test_sets.values(), *([self.cache_dir] if self.cache_dir else [])]
+
+
+def earlier_build(folder: str) -> bool:
+    """A build written before outputs carried a completion marker: its stats.json with the funnel's splits."""
+    try:
+        with open(os.path.join(folder, "stats.json")) as f:
+            stats = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(stats, dict) and "splits" in stats and "pairs" in stats
 
 
 def stable_unit(*parts) -> float:
@@ -1012,7 +1048,7 @@ def write(cfg: BuildConfig) -> dict:
     import ray.data
 
     started = time.time()
-    with staged_dir(cfg.output) as staging:
+    with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_build) as staging:
         built = build_blocks(cfg)
         stats = built.stats
         stages = _Stages()

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipelines.atomic import staged_dir
+from pipelines.atomic import check_output, staged_dir
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
 from pipelines.shards import manifest_for, write_shards
-from pipelines.vocabulary import Vocabulary, counts_table, vocabulary_for
+from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
+from runtime.checks import MissingInput, integer_at_least, one_of
+
+JOB = "tokenize_corpora"  # the name its outputs carry (pipelines.atomic)
 
 
 class SpacyTokenizer:
@@ -111,6 +114,43 @@ class TokenizeConfig:
     on_error: str = "raise"  # published sets: "skip" counts bad records instead of stopping
     semeval_task: str = "A"  # semeval-ql: "A" (comments against their thread's question) or "C"
     vocab: str | None = None  # reuse this vocab.json (or a tokenised folder's) instead of counting train: fine-tuning
+
+    def __post_init__(self):
+        """Every option range-checked here, before any work (the job's --dry-run runs the same checks)."""
+        integer_at_least("--min-count", self.min_count, 1)
+        # the reserved ids (<pad>, <unk>, <sep>, <cls>) and at least one token
+        integer_at_least("--max-vocab", self.max_vocab, len(RESERVED) + 1, allow_none=True)
+        integer_at_least("--shard-mb", self.shard_mb, 1)
+        integer_at_least("rows_per_shard", self.rows_per_shard, 1, allow_none=True)
+        integer_at_least("--min-char-count", self.min_char_count, 1)
+        integer_at_least("--max-chars", self.max_chars, len(RESERVED) + 1)
+        integer_at_least("--max-word-chars", self.max_word_chars, 1)
+        integer_at_least("--max-context-tokens", self.max_context_tokens, 1)
+        one_of("--quasart-contexts", self.quasart_contexts, ("short", "long"))
+        one_of("on_error", self.on_error, ("raise", "skip"))
+        one_of("--semeval-task", self.semeval_task, ("A", "C"))
+
+    def input_paths(self) -> list[str]:
+        """What tokenisation reads, which its output must never hold."""
+        return [self.input, *([self.vocab] if self.vocab else [])]
+
+    def check_inputs(self) -> None:
+        """The inputs exist and the output destroys nothing: what a run would refuse first, before any work."""
+        if not os.path.exists(self.input):
+            raise MissingInput(f"--input {self.input}: no such file or folder")
+        if self.vocab and not os.path.exists(self.vocab):
+            raise MissingInput(f"--vocab {self.vocab}: no such file or folder")
+        check_output(self.output, JOB, self.input_paths(), earlier_tokenisation)
+
+
+def earlier_tokenisation(folder: str) -> bool:
+    """A tokenised folder written before outputs carried a completion marker: its manifest with splits."""
+    try:
+        with open(os.path.join(folder, "manifest.json")) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "splits" in manifest and "vocab_sha256" in manifest
 
 
 def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
@@ -217,7 +257,7 @@ def _write(cfg: TokenizeConfig) -> dict:
 
     if cfg.dataset in PASSAGE_READERS:
         return write_passages(cfg)
-    with staged_dir(cfg.output) as staging:
+    with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_tokenisation) as staging:
         datasets, found = input_splits(cfg)
         tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
         vocab = vocabulary_for(tokenised["train"], cfg, count_tokens)

@@ -20,7 +20,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipelines.readers import _open_text
+from pipelines.atomic import check_output_file
+from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
+from runtime.checks import MissingInput, UsageError, integer_at_least
 
 
 class VectorsError(ValueError):
@@ -45,6 +48,37 @@ class VectorsConfig:
     encoder_batch: int = 64  # sentences per forward pass
     encoder_max_len: int = 128  # word pieces per sentence; longer sentences are cut
     output: str | None = None  # the .npy to write; None: DATA/embeddings.npy
+
+    def __post_init__(self):
+        """Every option range-checked here, before any work (the job's --dry-run runs the same checks)."""
+        integer_at_least("--dim", self.dim, 1)
+        integer_at_least("--epochs", self.epochs, 1)
+        integer_at_least("--window", self.window, 1)
+        integer_at_least("--min-count", self.min_count, 1)
+        integer_at_least("--min-n", self.min_n, 1)
+        integer_at_least("--max-n", self.max_n, self.min_n)
+        integer_at_least("--workers", self.workers, 0)
+        integer_at_least("encoder_batch", self.encoder_batch, 1)
+        integer_at_least("encoder_max_len", self.encoder_max_len, 2)
+        if self.vectors and self.encoder:
+            raise UsageError("give either published vectors (--vectors) or an encoder to distil (--from-encoder)")
+        if self.output is not None and not self.output.endswith(".npy"):
+            raise UsageError(f"--output {self.output}: the matrix is written as .npy (name it so)")
+
+    @property
+    def target(self) -> str:
+        return self.output or os.path.join(self.data, "embeddings.npy")
+
+    def check_inputs(self) -> None:
+        """The inputs exist and neither file written (the .npy and its .json report) replaces an input."""
+        if not os.path.exists(os.path.join(self.data, "manifest.json")):
+            raise MissingInput(f"--data {self.data}: no manifest.json (run jobs/tokenize_corpora.py first)")
+        if self.vectors and not os.path.exists(self.vectors):
+            raise MissingInput(f"--vectors {self.vectors}: no such file")
+        inputs = [path for path in tokenised_files(self.data) if not path.endswith("embeddings.npy")]
+        inputs += [self.vectors] if self.vectors else []
+        check_output_file(self.target, inputs)
+        check_output_file(self.target[:-len(".npy")] + ".json", inputs, option="--output (its .json report)")
 
 
 class TrainSentences:
@@ -196,8 +230,6 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
     vocab = Vocabulary.load(os.path.join(cfg.data, "vocab.json"))
     words = vocab.tokens
     rng = np.random.default_rng(cfg.seed)
-    if cfg.vectors and cfg.encoder:
-        raise VectorsError("give either published vectors (--vectors) or an encoder to distil (--from-encoder)")
     if cfg.encoder:
         found, dim, source = encoder_vectors(cfg, words)
         lookup = found.get
@@ -240,11 +272,10 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
 def write(cfg: VectorsConfig) -> dict:
     """The matrix (`cfg.output`, by default DATA/embeddings.npy) and its statistics beside it (the same name with
     .json), each written whole (temporary file, rename)."""
+    cfg.check_inputs()
     matrix, stats = embedding_matrix(cfg)
     tag = uuid.uuid4().hex[:8]
-    target = cfg.output or os.path.join(cfg.data, "embeddings.npy")
-    if not target.endswith(".npy"):
-        raise VectorsError(f"--output {target}: the matrix is written as .npy (name it so)")
+    target = cfg.target
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     with open(f"{target}.tmp-{tag}", "wb") as f:
         np.save(f, matrix)

@@ -136,6 +136,9 @@ def _quiet_ray_data_logging() -> None:
     # naming the error and the file that holds the whole traceback).
     for name in ("ray.data._internal.progress", "ray.data.exceptions"):
         config["loggers"][name] = {"level": "DEBUG", "handlers": ["file"], "propagate": False}
+    # The executor's report of a failed task (the task's traceback, 80-odd lines) to the file only as well.
+    config["filters"]["task_errors"] = {"()": "runtime.ray_env.TaskErrorFilter"}
+    config["handlers"]["console"]["filters"] = config["handlers"]["console"].get("filters", []) + ["task_errors"]
     path = os.path.join(tempfile.gettempdir(), f"qa-ray-data-logging-{os.getuid()}.yaml")
     staged = f"{path}.{os.getpid()}"
     with open(staged, "w") as f:
@@ -143,6 +146,16 @@ def _quiet_ray_data_logging() -> None:
     os.replace(staged, path)
     os.environ[data_logging.RAY_DATA_LOGGING_CONFIG_ENV_VAR_NAME] = path
     data_logging.configure_logging()
+
+
+class TaskErrorFilter(logging.Filter):
+    """Keeps Ray Data's "An exception was raised from a task of operator ..." (logged with the task's whole
+    traceback as the execution aborts) off the console: the job ends with one line naming the cause instead, and
+    Ray Data's log file keeps the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR
+                    and str(record.msg).startswith("An exception was raised from a task of operator"))
 
 
 @contextlib.contextmanager
@@ -186,53 +199,15 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
             ray.shutdown()
 
 
-def unwrap(error: BaseException) -> BaseException:
-    """The user's exception inside a Ray task error, so a job prints 'file: line: reason', not a stack of wrappers."""
-    seen = set()
-    while id(error) not in seen:
-        seen.add(id(error))
-        cause = getattr(error, "cause", None) or error.__cause__
-        if cause is None:
-            break
-        error = cause
-    return error
-
-
 def run_on_ray(job: str, work, num_cpus: int | None = None, state_api: bool = False, verbose: bool = False):
-    """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, 1).
+    """Run `work()` inside `ray_session`; return (result, 0), or print one clear line and return (None, code).
 
-    The line names the job and the user's error (the file, row or URL, and the problem), whichever Ray task
-    raised it; the whole traceback goes to a log file that the line names."""
+    The line names the job and the user's error (the file, row or URL, and the problem), whichever Ray task or
+    training worker raised it; the whole traceback goes to a log file that the line names (runtime.errors)."""
+    from runtime.errors import fail
+
     try:
         with ray_session(num_cpus, quiet=not verbose, state_api=state_api):
             return work(), 0
     except Exception as err:  # one line naming the file or row, not Ray's wrapped traceback
-        log = _traceback_log(job, err)
-        where = f" (traceback: {log})" if log else ""
-        print(f"{job}: error: {_one_line(unwrap(err))}{where}", file=sys.stderr)
-        return None, 1
-
-
-def _one_line(error: BaseException) -> str:
-    """The error's first line (a Ray task error appends its traceback), named by its class where that is the
-    project's own (DumpError, SchemaMismatch) rather than a builtin."""
-    lines = str(error).strip().splitlines()
-    first = lines[0].strip() if lines else ""
-    name = type(error).__name__
-    if type(error).__module__ == "builtins":
-        return first or name
-    return f"{name}: {first}" if first else name
-
-
-def _traceback_log(job: str, error: BaseException) -> str | None:
-    """Write the error's full traceback (Ray's task tracebacks included) to a file; its path, or None."""
-    import tempfile
-    import traceback
-
-    path = os.path.join(tempfile.gettempdir(), f"{job}-error-{os.getpid()}.log")
-    try:
-        with open(path, "w") as f:
-            f.write("".join(traceback.format_exception(error)))
-    except OSError:
-        return None
-    return path
+        return None, fail(job, err)

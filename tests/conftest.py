@@ -63,3 +63,38 @@ def kill_session(session_id: int) -> None:
                 os.kill(int(pid), signal.SIGKILL)
         except (OSError, IndexError, ValueError):
             pass
+
+
+def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("train", "dev", "test")) -> str:
+    """A small real tokenised folder, as jobs/tokenize_corpora.py writes one (TOKENISED_PAIRS shards written by the
+    project's shard writer, vocab.json, a manifest with each file's rows, bytes and sha256), made without Ray in a
+    fraction of a second: for tests of what jobs check before they start."""
+    import json
+
+    import pyarrow as pa
+
+    from pipelines.schemas import TOKENISED_PAIRS
+    from pipelines.shards import sha256_file, write_parquet_atomically
+    from pipelines.vocabulary import RESERVED, Vocabulary
+
+    folder = str(folder)
+    words = list(RESERVED) + ["beer", "stout", "hops", "yeast", "malt", "porter"]
+    os.makedirs(folder, exist_ok=True)
+    Vocabulary(words).save(os.path.join(folder, "vocab.json"))
+    manifest = {"dataset": "tiny", "schema": "tokenised_pairs", "vocab": "vocab.json", "vocab_size": len(words),
+                "char_vocab_size": len(RESERVED), "vocab_sha256": sha256_file(os.path.join(folder, "vocab.json")),
+                "splits": {}}
+    for number, split in enumerate(splits):
+        rows = [{"qid": f"{split}-q{q}", "aid": f"{split}-q{q}-a{a}", "label": int(a == 0),
+                 "question": "which beer", "answer": "a stout" if a == 0 else "some malt",
+                 "question_ids": [4 + q % 3, 5], "answer_ids": [5 + a % 4, 8, 9]}
+                for q in range(questions) for a in range(candidates)]
+        os.makedirs(os.path.join(folder, split), exist_ok=True)
+        path = os.path.join(folder, split, "part-00000.parquet")
+        write_parquet_atomically(path, TOKENISED_PAIRS, [pa.Table.from_pylist(rows, TOKENISED_PAIRS)])
+        manifest["splits"][split] = {"questions": questions, "rows": len(rows), "positive": questions,
+                                     "files": [{"path": f"{split}/part-00000.parquet", "rows": len(rows),
+                                                "bytes": os.path.getsize(path), "sha256": sha256_file(path)}]}
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    return folder

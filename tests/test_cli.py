@@ -18,6 +18,25 @@ CONTRACTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    """A small real tokenised folder (tests/conftest.make_tokenised): what train.py's checks read."""
+    from tests.conftest import make_tokenised
+
+    return make_tokenised(tmp_path_factory.mktemp("tiny") / "tokenised")
+
+
+def _posts_xml(folder) -> str:
+    """A two-post Posts.xml in the dump's format."""
+    path = folder / "Posts.xml"
+    path.write_text('<?xml version="1.0" encoding="utf-8"?>\n<posts>\n'
+                    '  <row Id="1" PostTypeId="1" Score="3" Title="Which hops?" Body="&lt;p&gt;Which hops for a '
+                    'stout?&lt;/p&gt;" Tags="&lt;hops&gt;" CreationDate="2014-01-21T20:26:05.383" />\n'
+                    '  <row Id="2" PostTypeId="2" ParentId="1" Score="4" Body="&lt;p&gt;Fuggles.&lt;/p&gt;" '
+                    'CreationDate="2014-01-21T21:00:00.000" />\n</posts>\n')
+    return str(path)
+
+
 def _job(name, *args):
     return subprocess.run([sys.executable, os.path.join(REPO, "jobs", name), *args], capture_output=True, text=True,
                           timeout=120)
@@ -31,43 +50,44 @@ def test_help_documents_contract_flags(job):
         assert flag in result.stdout, f"{job} --help lacks {flag}"
 
 
-def test_dry_run_prints_resolved_config(tmp_path):
-    result = _job("build_stackexchangeqa.py", "--dump", "x/Posts.xml", "--output", str(tmp_path), "--dry-run")
+def test_dry_run_prints_resolved_config(tmp_path, tiny):
+    dump = _posts_xml(tmp_path)
+    result = _job("build_stackexchangeqa.py", "--dump", dump, "--output", str(tmp_path / "out"), "--dry-run")
     cfg = json.loads(result.stdout)
-    assert cfg["min_score"] == 2 and cfg["negatives"] == 15.71 and cfg["dumps"] == ["x/Posts.xml"]
-    result = _job("train.py", "--model", "gsamn", "--data", "d", "--dry-run")
+    assert cfg["min_score"] == 2 and cfg["negatives"] == 15.71 and cfg["dumps"] == [dump]
+    result = _job("train.py", "--model", "gsamn", "--data", tiny, "--dry-run")
     cfg = json.loads(result.stdout)
     assert cfg["lr"] == 1e-3 and cfg["model_config"]["hops"] == 2
     assert cfg["warmup"] == 0.1 and cfg["weight_decay"] == 0.01
-    result = _job("train.py", "--model", "ctrn", "--data", "d", "--model-option", "mlp_layers=2", "--dry-run")
+    result = _job("train.py", "--model", "ctrn", "--data", tiny, "--model-option", "mlp_layers=2", "--dry-run")
     model = json.loads(result.stdout)["model_config"]
     # the paper's dropout; embeddings trained, since there are no word vectors to keep fixed
     assert model["dropout"] == 0.5 and not model["freeze_embeddings"] and model["mlp_layers"] == 2
-    result = _job("train.py", "--model", "ggsa", "--data", "d", "--dropout", "0.2", "--model-option", "offset=none",
+    result = _job("train.py", "--model", "ggsa", "--data", tiny, "--dropout", "0.2", "--model-option", "offset=none",
                   "--model-option", "composition=multihop", "--dry-run")
     model = json.loads(result.stdout)["model_config"]
     assert model["dropout"] == 0.2 and model["offset"] is None and model["composition"] == "multihop"
     assert model["heads"] == 6 and model["group"] == 10 and model["margin"] == 0.1
-    result = _job("train.py", "--model", "ggsa", "--data", "d", "--model-option", "heads=six", "--dry-run")
+    result = _job("train.py", "--model", "ggsa", "--data", tiny, "--model-option", "heads=six", "--dry-run")
     assert result.returncode == 2 and "heads=six" in result.stderr
 
 
-def test_training_precision_accumulation_and_selection_options():
-    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--grad-accumulation", "4", "--precision",
+def test_training_precision_accumulation_and_selection_options(tiny, tmp_path):
+    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", tiny, "--grad-accumulation", "4", "--precision",
                           "bf16", "--eval-every", "100", "--select-metric", "mrr", "--dry-run").stdout)
     assert (cfg["grad_accumulation"], cfg["precision"], cfg["eval_every"], cfg["select_metric"]) == (4, "bf16", 100,
                                                                                                      "mrr")
-    assert json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--dry-run").stdout)["precision"] == "auto"
-    result = _job("train.py", "--model", "gsamn", "--data", "d", "--precision", "fp16", "--dry-run")
+    assert json.loads(_job("train.py", "--model", "gsamn", "--data", tiny, "--dry-run").stdout)["precision"] == "auto"
+    result = _job("train.py", "--model", "gsamn", "--data", tiny, "--precision", "fp16", "--dry-run")
     assert result.returncode == 2 and "fp16 needs --use-gpu" in result.stderr
-    result = _job("train.py", "--model", "gsamn", "--data", "d", "--grad-accumulation", "0", "--dry-run")
+    result = _job("train.py", "--model", "gsamn", "--data", tiny, "--grad-accumulation", "0", "--dry-run")
     assert result.returncode == 2 and "at least 1" in result.stderr
-    cfg = json.loads(_job("evaluate.py", "--checkpoint", "runs/x", "--data", "d", "--dry-run").stdout)
-    assert cfg["split"] == "test" and cfg["which"] == "best"
-    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", "d", "--test-split", "test", "--test-output",
-                          "p.jsonl", "--dry-run").stdout)
+    result = _job("evaluate.py", "--checkpoint", str(tmp_path / "runs" / "x"), "--data", tiny, "--dry-run")
+    assert result.returncode == 2 and "no such checkpoint or run folder" in _last_line(result)
+    cfg = json.loads(_job("train.py", "--model", "gsamn", "--data", tiny, "--test-split", "test", "--test-output",
+                          str(tmp_path / "p.jsonl"), "--dry-run").stdout)
     assert cfg["test_split"] == "test"
-    result = _job("train.py", "--model", "gsamn", "--data", "d", "--test-output", "p.jsonl", "--dry-run")
+    result = _job("train.py", "--model", "gsamn", "--data", tiny, "--test-output", "p.jsonl", "--dry-run")
     assert result.returncode == 2 and "--test-output needs --test-split" in result.stderr
 
 
@@ -89,14 +109,15 @@ def test_crawl_sources_options_and_their_errors(tmp_path):
 
 def test_missing_dump_is_a_clear_error(tmp_path):
     result = _job("build_stackexchangeqa.py", "--dump", str(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o"))
-    assert result.returncode == 1
-    assert f"{tmp_path / 'Posts.xml'}: no such file" in result.stderr
+    assert result.returncode == 2
+    missing = tmp_path / "Posts.xml"
+    assert _last_line(result) == f"build_stackexchangeqa: error: --dump {missing}: no such file or folder"
     assert not (tmp_path / "o").exists()
 
 
 def test_train_without_tokenised_data_is_a_clear_error(tmp_path):
     result = _job("train.py", "--model", "gsamn", "--data", str(tmp_path), "--storage-path", str(tmp_path / "r"))
-    assert result.returncode == 1 and "manifest.json: not found" in result.stderr
+    assert result.returncode == 2 and "manifest.json: not found" in result.stderr
 
 
 def test_http_fixture_serves_a_real_saved_page(http_server, shared_data):
@@ -120,7 +141,7 @@ def test_http_fixture_serves_a_real_saved_page(http_server, shared_data):
 
 def test_word_vectors_without_a_tokenised_folder_is_a_clear_error(tmp_path):
     result = _job("word_vectors.py", "--data", str(tmp_path))
-    assert result.returncode == 2 and "manifest.json not found" in result.stderr
+    assert result.returncode == 2 and "no manifest.json" in result.stderr
 
 
 def test_tokenize_corpora_accepts_every_contract_dataset():
@@ -133,7 +154,9 @@ def test_tokenize_corpora_accepts_every_contract_dataset():
 def test_word_vectors_in_the_data_folder_set_the_embedding_width_and_are_checked(tmp_path):
     import numpy as np
 
-    (tmp_path / "manifest.json").write_text(json.dumps({"schema": "tokenised_pairs", "vocab_size": 10}))
+    from tests.conftest import make_tokenised
+
+    make_tokenised(tmp_path)  # a vocabulary of 10
     np.save(tmp_path / "embeddings.npy", np.zeros((10, 7), np.float32))
     result = _job("train.py", "--model", "ctrn", "--data", str(tmp_path), "--dry-run")
     cfg = json.loads(result.stdout)
@@ -273,7 +296,7 @@ def test_tokenize_a_malformed_tsv_row_fails_in_one_line(tmp_path, shared_data):
 
 def test_train_on_a_missing_manifest_or_an_unknown_model_fails_in_one_line(tmp_path):
     result = _job("train.py", "--model", "gsamn", "--data", str(tmp_path), "--storage-path", str(tmp_path / "r"))
-    assert result.returncode == 1 and "manifest.json: not found" in _last_line(result)
+    assert result.returncode == 2 and "manifest.json: not found" in _last_line(result)
     assert not (tmp_path / "r").exists() or not os.listdir(tmp_path / "r")
     result = _job("train.py", "--model", "no-such-model", "--data", str(tmp_path))
     assert result.returncode == 2 and "invalid choice: 'no-such-model'" in _last_line(result)

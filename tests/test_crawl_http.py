@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from crawl.http import FetchConfig, Fetcher, public_url
+from crawl.http import FetchConfig, Fetcher, FetchResult, public_url
 from crawl.ratelimit import LocalLimiter, Schedule
 from tests.fakeweb import Reply
 
@@ -99,6 +99,51 @@ def test_robots_txt_is_respected(http_server, tmp_path):
     assert not blocked.ok and "robots.txt" in blocked.reason
     assert f.get(http_server.url("/public/1")).ok
     assert http_server.hits("/private/1") == 0
+
+
+def test_robots_txt_wildcards_end_anchors_and_the_longest_rule(http_server, tmp_path):
+    """RFC 9309 as crawlers read it: `*` matches any run of characters, `$` anchors the end, and the longest
+    matching rule wins (urllib.robotparser ignored both and took the first match: /a?sort=... was fetched)."""
+    http_server.route("/robots.txt", "User-agent: *\nDisallow: /*?sort=\nDisallow: /*.json$\n"
+                                     "Disallow: /questions/\nAllow: /questions/1\n")
+    for path in ("/a", "/a?sort=votes", "/x.json", "/x.json?v=1", "/questions/1", "/questions/2"):
+        http_server.route(path.split("?")[0] + ("?*" if "?" in path else ""), "page")
+    f = fetcher(http_server, tmp_path)
+    verdicts = {path: f.get(http_server.url(path)).ok for path in
+                ("/a", "/a?sort=votes", "/x.json", "/x.json?v=1", "/questions/1", "/questions/2")}
+    assert verdicts == {"/a": True, "/a?sort=votes": False, "/x.json": False, "/x.json?v=1": True,
+                        "/questions/1": True, "/questions/2": False}
+    assert http_server.hits("/a?sort=votes") == 0 and http_server.hits("/questions/2") == 0
+
+
+def test_robots_txt_is_checked_on_every_redirect_hop(http_server, tmp_path):
+    http_server.route("/robots.txt", "User-agent: *\nDisallow: /private/\n")
+    http_server.route("/moved", "", status=302, headers={"Location": "/private/1"})
+    http_server.route("/private/1", "secret")
+    result = fetcher(http_server, tmp_path).get(http_server.url("/moved"))
+    assert not result.ok and "robots.txt" in result.reason and "/private/1" in result.reason
+    assert http_server.hits("/private/1") == 0
+
+
+def test_an_api_key_never_reaches_a_failure_reason(http_server, tmp_path):
+    """The HTTP library's error text repeats the whole URL, key included; every reason is scrubbed."""
+    http_server.route("/robots.txt", "", status=404)
+    http_server.script("/api?*", Reply(reset=True))
+    f = fetcher(http_server, tmp_path, max_retries=0)
+    result = f.get(http_server.url("/api"), params={"key": "SECRET123", "site": "beer"}, check_robots=False)
+    assert not result.ok and "SECRET123" not in result.reason + result.url
+    refused = f.get("http://example.com/x?access_token=TOKEN9&key=SECRET123")
+    assert "TOKEN9" not in refused.reason + refused.url and "SECRET123" not in refused.reason + refused.url
+    library_text = ("HTTPSConnectionPool(host='api.stackexchange.com', port=443): Max retries exceeded with url: "
+                    "/2.3/questions?key=SECRET123&site=beer")
+    assert "SECRET123" not in FetchResult("https://api.stackexchange.com/2.3/questions", False,
+                                          reason=library_text).reason
+    from crawl.sources import failure_row
+    from runtime.errors import scrub
+
+    row = failure_row("https://api.x/2.3/questions?key=SECRET123&site=beer", "GET https://a/?key=SECRET123 failed")
+    assert "SECRET123" not in row["origin"] + row["failure"]
+    assert scrub("see https://h/p?page=2&key=abc&access_token=t0k") == "see https://h/p?page=2&key=***&access_token=***"
 
 
 def test_cache_stays_inside_its_folder_and_never_stores_the_key(http_server, tmp_path):

@@ -193,7 +193,7 @@ def test_shards_are_the_same_files_on_every_run_and_partitioning_changes_no_row(
 
 
 def test_bad_dump_leaves_nothing_behind(tmp_path, ray_local):
-    from runtime.ray_env import unwrap
+    from runtime.errors import unwrap
     from pipelines.stackexchangeqa import BuildConfig, write
 
     bad = tmp_path / "site" / "Posts.xml"
@@ -274,7 +274,7 @@ def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_pa
     summary = run(cfg)
     assert summary["resumed_from_step"] == 0 and summary["steps"] > 50
     assert os.path.isdir(summary["checkpoint"])
-    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)["model"]
+    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=True)["model"]
     if vectors is not None:
         np.testing.assert_array_equal(state["embed.weight"].numpy(), vectors)
     else:  # no vectors: a table of --dim wide, trained
@@ -442,7 +442,7 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
     summary = run(cfg)
     assert summary["steps"] == 24
     run_dir = tmp_path / "acc"
-    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)
+    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=True)
     assert state["batch_in_epoch"] == 3 * 24  # three micro-batches per optimiser step
     history = state["dev_history"]
     assert [step for step, _ in history] == [6, 12, 18, 24]
@@ -519,8 +519,8 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
     finetune = run(TrainConfig(model="gsamn", data=target, storage_path=str(tmp_path), name="finetune", max_steps=3,
                                lr=0.0, batch_size=8, log_every=1, seed=4, init_from=str(tmp_path / "pretrain")))
     assert finetune["init_from"] == pretrain["best"]["checkpoint"]
-    before = torch.load(os.path.join(finetune["init_from"], "state.pt"), weights_only=False)
-    after = torch.load(os.path.join(finetune["checkpoint"], "state.pt"), weights_only=False)
+    before = torch.load(os.path.join(finetune["init_from"], "state.pt"), weights_only=True)
+    after = torch.load(os.path.join(finetune["checkpoint"], "state.pt"), weights_only=True)
     assert after["model_config"] == before["model_config"]  # the pretrained architecture (dim 16), not defaults
     assert after["model"].keys() == before["model"].keys()
     for name, weight in before["model"].items():

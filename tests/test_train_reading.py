@@ -60,7 +60,7 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
     assert set(summary["metrics"]) == set(metrics) | {"questions"}
     assert summary["metrics"]["questions"] == manifest["splits"]["dev"]["rows"]
     assert all(0 <= summary["metrics"][m] <= 1 for m in metrics)
-    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=False)
+    state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=True)
     assert state["model_config"]["task"] == summary["task"]
     # the paper's recipe: warm-up to a constant rate, and a moving average of the weights that dev is scored with
     assert state["config"]["schedule"] == "warmup_constant" and state["weight_average"]["updates"] == 6

@@ -14,6 +14,7 @@ import pytest
 
 from pipelines.vocabulary import Vocabulary
 from pipelines.vectors import VectorsConfig, VectorsError, load_vectors, write
+from runtime.checks import UsageError
 
 WORDS = ["<pad>", "<unk>", "<sep>", "<cls>", "the", "beer", "stout", "hops", "Porter", "yeast"]
 
@@ -121,5 +122,5 @@ def test_vectors_distilled_from_an_encoder_average_each_words_contextual_states(
     np.testing.assert_allclose(matrix[5], (q1[1] + q2[0]) / 2, atol=1e-4)  # beer, in two contexts
     np.testing.assert_allclose(matrix[7], a1[1], atol=1e-4)  # hops, once
     np.testing.assert_allclose(matrix[9], states(["yeast"])[0], atol=1e-4)  # yeast, alone
-    with pytest.raises(VectorsError, match="either published vectors"):
-        write(VectorsConfig(data=data, encoder="minilm", vectors=out))
+    with pytest.raises(UsageError, match="either published vectors"):  # refused as the config is made
+        VectorsConfig(data=data, encoder="minilm", vectors=out)

@@ -1,14 +1,23 @@
-"""Checkpoints of jobs/train.py: a folder with state.pt (weights, optimiser, schedule, data position, dev history)
-and config.json; resolved from a run folder (best by dev metric, or latest), read on the CPU, local or on a
-pyarrow filesystem URI, and files published so that they appear whole."""
+"""Checkpoints of jobs/train.py: a folder with state.pt (weights, optimiser, schedule, data position, dev history:
+tensors and plain containers only), config.json (the run's and the model's configuration) and checksums.json (the
+sha256 of every other file, written last); resolved from a run folder (best by dev metric, or latest), read on
+the CPU, local or on a pyarrow filesystem URI, and files published so that they appear whole.
+
+Checkpoints are data, never code: state.pt is read with `torch.load(weights_only=True)`, which refuses any pickled
+object but tensors and plain containers, and every load first checks the files against checksums.json. A damaged
+checkpoint (a truncated upload, a flipped bit, a file missing) is reported by name; a resume falls back to the
+newest intact checkpoint before it (`usable_checkpoint`)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import TYPE_CHECKING
 
 import torch
 
+from pipelines.shards import sha256_file
+from runtime.checks import MissingInput
 from training.optim import evaluation_weights
 
 if TYPE_CHECKING:
@@ -16,6 +25,12 @@ if TYPE_CHECKING:
 
 
 STATE_FILE = "state.pt"
+CONFIG_FILE = "config.json"
+CHECKSUMS_FILE = "checksums.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: damaged, incomplete, not ours, or holding more than data."""
 
 
 SCORE = "select_score"  # the reported metric Ray Train ranks checkpoints by
@@ -39,29 +54,52 @@ def resolve_checkpoint(path: str, which: str = "best") -> str:
     if "://" in path or os.path.exists(os.path.join(path, STATE_FILE)):
         return path
     if not os.path.exists(os.path.join(path, "checkpoint_manager_snapshot.json")):
-        raise FileNotFoundError(f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
+        raise MissingInput(f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
                                 "(no checkpoint_manager_snapshot.json)")
-    import ray.train
-
-    result = ray.train.Result.from_path(path)
+    result = run_result(path)
     scored = scored_checkpoints(result)
     if which == "latest" or not scored:
         if result.checkpoint is None:
-            raise FileNotFoundError(f"{path}: the run has no checkpoint yet")
+            raise MissingInput(f"{path}: the run has no checkpoint yet")
         return result.checkpoint.path
     return max(scored, key=lambda pair: pair[1][SCORE])[0].path
 
 
+def run_result(run: str):
+    """Ray Train's record of the run folder `run` (its latest and best checkpoints), read without Ray running and
+    without Ray Train's notice that it found a snapshot (a job reading a run is not resuming it)."""
+    import logging
+
+    import ray.train
+
+    quiet = logging.getLogger("ray.train.v2._internal.execution.checkpoint.checkpoint_manager")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        return ray.train.Result.from_path(run)
+    finally:
+        quiet.setLevel(level)
+
+
 def checkpoint_summary(path: str) -> dict:
-    """A checkpoint's config.json (train config, model config, vocabulary size and checksum), local or remote."""
+    """A checkpoint's config.json (train config, model config, vocabulary size and checksum), local or remote,
+    after checking the checkpoint's files against their checksums and that its state loads as data."""
     import ray.train
 
     with ray.train.Checkpoint(path).as_directory() as directory:
-        summary = os.path.join(directory, "config.json")
-        if not os.path.exists(summary):
-            raise FileNotFoundError(f"{path}: no config.json (not a checkpoint of jobs/train.py)")
-        with open(summary) as f:
+        _verify_or_raise(directory, path)
+        load_state_file(os.path.join(directory, STATE_FILE), mmap=True)  # data only, or refused here already
+        return _read_json(os.path.join(directory, CONFIG_FILE), path)
+
+
+def _read_json(file: str, path: str) -> dict:
+    if not os.path.exists(file):
+        raise CheckpointError(f"{path}: no {CONFIG_FILE} (not a checkpoint of jobs/train.py)")
+    try:
+        with open(file) as f:
             return json.load(f)
+    except ValueError as error:
+        raise CheckpointError(f"{file}: damaged ({error})") from None
 
 
 def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
@@ -71,26 +109,153 @@ def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
     summary = checkpoint_summary(path)
     trained = summary["train"]["model"]
     if trained != cfg.model:
-        raise ValueError(f"--init-from {path}: a {trained} checkpoint, this run trains {cfg.model}")
+        raise CheckpointError(f"--init-from {path}: a {trained} checkpoint, this run trains {cfg.model}")
     config = summary.get("model_config")
     if config is None:
-        raise ValueError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
+        raise CheckpointError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
     ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
     if not config.get("encoder_path") and ours and theirs and ours != theirs:
-        raise ValueError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; tokenise "
-                         f"{cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}")
+        raise CheckpointError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
+                              f"tokenise {cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}")
     if not config.get("encoder_path") and summary.get("vocab_size") != manifest.get("vocab_size"):
-        raise ValueError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
-                         f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab")
+        raise CheckpointError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
+                              f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab")
     return path, config
 
 
+def write_checkpoint(directory: str, state: dict, summary: dict) -> None:
+    """A checkpoint in the empty local folder `directory`: state.pt (tensors and plain containers: what
+    weights_only=True reads back), config.json (`summary`: train and model configuration, vocabulary, step,
+    dev figures), then checksums.json over every file there (files the caller put there first included)."""
+    torch.save(state, os.path.join(directory, STATE_FILE))
+    with open(os.path.join(directory, CONFIG_FILE), "w") as f:
+        json.dump(summary, f, indent=2)
+    write_checksums(directory)  # last: a checkpoint with it is whole
+
+
+def write_checksums(directory: str) -> None:
+    """checksums.json: the sha256 of every other file of the checkpoint folder `directory` (written last)."""
+    files = sorted(name for name in os.listdir(directory)
+                   if name != CHECKSUMS_FILE and os.path.isfile(os.path.join(directory, name)))
+    with open(os.path.join(directory, CHECKSUMS_FILE), "w") as f:
+        json.dump({"sha256": {name: sha256_file(os.path.join(directory, name)) for name in files}}, f, indent=1)
+
+
+def checkpoint_problem(directory: str) -> str | None:
+    """Why the local checkpoint folder `directory` cannot be trusted (a file missing, or not the bytes its
+    checksum says), or None. A checkpoint written before checksums were recorded is checked for its files only."""
+    for name in (STATE_FILE, CONFIG_FILE):
+        if not os.path.isfile(os.path.join(directory, name)):
+            return f"{name} is missing"
+    listed = os.path.join(directory, CHECKSUMS_FILE)
+    if not os.path.exists(listed):
+        return None
+    try:
+        with open(listed) as f:
+            expected = json.load(f)["sha256"]
+    except (ValueError, KeyError, TypeError) as error:
+        return f"{CHECKSUMS_FILE} is damaged ({error})"
+    for name, digest in sorted(expected.items()):
+        file = os.path.join(directory, name)
+        if not os.path.isfile(file):
+            return f"{name} is missing"
+        if sha256_file(file) != digest:
+            return f"{name} does not match its sha256 in {CHECKSUMS_FILE} (truncated or altered)"
+    return None
+
+
+def _verify_or_raise(directory: str, path: str) -> None:
+    problem = checkpoint_problem(directory)
+    if problem:
+        raise CheckpointError(f"{path}: damaged checkpoint: {problem}")
+
+
+def load_state_file(file: str, mmap: bool = False) -> dict:
+    """A state.pt as tensors and plain containers (`weights_only=True`): nothing in it can run code. `mmap`: map
+    the tensors' bytes instead of reading them (a check that the file loads, at the cost of its pickle only)."""
+    import pickle
+
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as error:
+        # torch's message: advice, then what was refused ("... unsupported GLOBAL posix.system whose module ..."),
+        # then a link; the middle is the part that names the object
+        found = re.search(r"(?i)(unsupported (?:global|operand)\s+\S+)", str(error))
+        what = found.group(1) if found else "an object outside weights_only's allowed types"
+        raise CheckpointError(f"{file}: refused: it holds Python objects beyond tensors and plain containers, "
+                              f"which loading would run as code ({what})") from None
+    except (RuntimeError, EOFError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{file}: damaged ({first[:160]})") from None
+
+
 def read_state(path: str) -> dict:
-    """The state.pt of a checkpoint folder, local or on a pyarrow filesystem URI, on the CPU."""
+    """The state.pt of a checkpoint folder, local or on a pyarrow filesystem URI, on the CPU, after checking its
+    files against their checksums."""
     import ray.train
 
     with ray.train.Checkpoint(path).as_directory() as directory:
-        return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=False)
+        _verify_or_raise(directory, path)
+        return load_state_file(os.path.join(directory, STATE_FILE))
+
+
+def run_checkpoints(run: str) -> list[tuple[int, str]]:
+    """(step, path) of the checkpoint folders of the run folder `run` (local or a URI), newest first: by the step
+    their config.json records, then by name (Ray Train names them by time). A folder whose config.json cannot be
+    read counts as step -1."""
+    import pyarrow.fs
+
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(run if "://" in run else os.path.abspath(run))
+    try:
+        infos = filesystem.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    except OSError:
+        return []
+    found = []
+    for info in infos:
+        if info.type != pyarrow.fs.FileType.Directory or not info.base_name.startswith("checkpoint_"):
+            continue
+        if info.base_name.startswith("checkpoint_tmp"):
+            continue
+        step = -1
+        try:
+            with filesystem.open_input_stream(f"{info.path}/{CONFIG_FILE}") as f:
+                step = int(json.loads(f.read()).get("step", -1))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+        path = info.path if "://" not in run else run.rstrip("/") + "/" + info.base_name
+        found.append((step, info.base_name, path))
+    return [(step, path) for step, _, path in sorted(found, reverse=True)]
+
+
+def usable_checkpoint(path: str, log=None) -> str:
+    """`path` where it is intact, else the newest intact checkpoint of its run folder older than it (logging each
+    damaged one through `log`); CheckpointError naming every damaged one when none is intact."""
+    import ray.train
+
+    run = path.rstrip("/").rsplit("/", 1)[0]
+    candidates = [path]
+    newest = run_checkpoints(run)
+    steps = {p.rstrip("/"): step for step, p in newest}
+    limit = steps.get(path.rstrip("/"))
+    candidates += [p for step, p in newest if p.rstrip("/") != path.rstrip("/") and (limit is None or step <= limit)]
+    damaged = []
+    for candidate in candidates:
+        with ray.train.Checkpoint(candidate).as_directory() as directory:
+            problem = checkpoint_problem(directory)
+            if problem is None:
+                try:
+                    load_state_file(os.path.join(directory, STATE_FILE), mmap=True)
+                except CheckpointError as error:
+                    problem = str(error).split(": ", 1)[-1]
+        if problem is None:
+            if damaged and log:
+                log(f"[train] resuming from {candidate} instead (step {steps.get(candidate.rstrip('/'), '?')})")
+            return candidate
+        damaged.append(f"{candidate}: {problem}")
+        if log:
+            log(f"[train] damaged checkpoint {candidate}: {problem}")
+    raise CheckpointError(f"every checkpoint of {run} is damaged ({'; '.join(damaged[:3])}); remove the run folder "
+                          "or train under another --name")
 
 
 def load_pretrained(model, path: str) -> None:
@@ -134,19 +299,30 @@ def predictions_name(split: str) -> str:
 
 
 def load_checkpoint(directory: str, device):
-    """(model in eval mode, TrainConfig, state) of a jobs/train.py checkpoint."""
+    """(model in eval mode, TrainConfig, state, config.json) of a jobs/train.py checkpoint."""
+    import ray.train
+
     from training.config import TrainConfig
     from qa_models import MODELS
 
-    state = read_state(directory)
-    if "model_config" not in state:
-        raise ValueError(f"{directory}: a checkpoint without its model configuration (written before "
-                         "jobs/train.py recorded it); retrain or resume it once to rewrite it")
-    cfg = TrainConfig.from_saved(state["config"])
+    with ray.train.Checkpoint(directory).as_directory() as local:
+        _verify_or_raise(local, directory)
+        summary = _read_json(os.path.join(local, CONFIG_FILE), directory)
+        state = load_state_file(os.path.join(local, STATE_FILE))
+    if "model_config" not in summary:
+        raise CheckpointError(f"{directory}: a checkpoint without its model configuration (written before "
+                              "jobs/train.py recorded it); retrain or resume it once to rewrite it")
+    cfg = TrainConfig.from_saved(summary["train"])
+    if cfg.model not in MODELS:
+        raise CheckpointError(f"{directory}: a checkpoint of {cfg.model!r}, which this version does not know")
     model_class = MODELS[cfg.model]
-    model = model_class(model_class.config_class(**state["model_config"]))
-    model.load_state_dict(evaluation_weights(state))  # the moving average where the run kept one
-    return model.to(device).eval(), cfg, state
+    model = model_class(model_class.config_class(**summary["model_config"]))
+    try:
+        model.load_state_dict(evaluation_weights(state))  # the moving average where the run kept one
+    except RuntimeError as error:
+        raise CheckpointError(f"{directory}: its weights do not fit its own model configuration "
+                              f"({str(error).splitlines()[0][:160]})") from None
+    return model.to(device).eval(), cfg, state, summary
 
 
 def write_jsonl(records: list[dict], path: str) -> None:

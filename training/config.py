@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 
 import torch
+
+from runtime.checks import UsageError, at_least, integer_at_least, one_of, within
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -58,6 +61,8 @@ class TrainConfig:
     negatives: str | None = None
     recipe_options: dict | None = None  # the recipe's model options (below the flags and --model-option)
     checkpoint_every: int | None = None  # steps; epoch ends always checkpoint
+    # Minutes between checkpoints whatever the steps (0: off): what a crash or a preemption can cost at most.
+    checkpoint_minutes: float = 10.0
     keep_checkpoints: int = 2
     num_workers: int = 1
     cpus_per_worker: float | None = None  # None: sized from the cluster so Ray Data keeps a CPU
@@ -85,18 +90,57 @@ class TrainConfig:
 
     def __post_init__(self):
         self._resolve_recipe()
-        if self.grad_accumulation < 1:
-            raise ValueError(f"--grad-accumulation must be at least 1, got {self.grad_accumulation}")
-        if self.length_buckets < 0:
-            raise ValueError(f"--length-buckets must be 0 (off) or more, got {self.length_buckets}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
+        self._check_ranges()
         if self.precision == "fp16" and not self.use_gpu:
-            raise ValueError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
-        if self.select_metric not in SELECT_METRICS:
-            raise ValueError(f"--select-metric must be one of {SELECT_METRICS}, got {self.select_metric!r}")
-        if self.patience < 0:
-            raise ValueError(f"--patience must be 0 (never stop early) or more, got {self.patience}")
+            raise UsageError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
+
+    def _check_ranges(self) -> None:
+        """Every option range-checked, whichever way the config arrived (command line, experiments runner,
+        Python), before Ray starts: nonsense never reaches a worker."""
+        if not self.name or self.name in (".", "..") or "/" in self.name or os.sep in self.name:
+            raise UsageError(f"--name {self.name!r}: a run name is one folder name under --storage-path (no '/')")
+        integer_at_least("--max-steps", self.max_steps, 1, allow_none=True)
+        integer_at_least("--epochs", self.epochs, 1)
+        integer_at_least("--batch-size", self.batch_size, 1)
+        at_least("--lr", self.lr, 0)
+        at_least("--head-lr", self.head_lr, 0, allow_none=True)
+        if len(self.betas) != 2:
+            raise UsageError(f"betas must be two numbers, got {self.betas}")
+        for beta in self.betas:
+            within("betas", beta, 0, 1, high_open=True)
+        within("--momentum", self.momentum, 0, 1, high_open=True)
+        within("--rho", self.rho, 0, 1)
+        at_least("eps", self.eps, 0)
+        at_least("--weight-decay", self.weight_decay, 0)
+        at_least("--l2", self.l2, 0)
+        within("--warmup", self.warmup, 0, 1)
+        integer_at_least("--warmup-steps", self.warmup_steps, 0)
+        at_least("--grad-clip", self.grad_clip, 0)
+        within("--ema-decay", self.ema_decay, 0, 1, high_open=True)
+        integer_at_least("--patience", self.patience, 0)
+        integer_at_least("--checkpoint-every", self.checkpoint_every, 1, allow_none=True)
+        at_least("--checkpoint-minutes", self.checkpoint_minutes, 0)
+        integer_at_least("--keep-checkpoints", self.keep_checkpoints, 1)
+        integer_at_least("--num-workers", self.num_workers, 1)
+        if self.cpus_per_worker is not None:
+            at_least("--cpus-per-worker", self.cpus_per_worker, 0)
+            if self.cpus_per_worker == 0:
+                raise UsageError("--cpus-per-worker must be above 0")
+        at_least("--gpus-per-worker", self.gpus_per_worker, 0)
+        integer_at_least("--max-failures", self.max_failures, -1)  # -1: retry for ever, as Ray Train's
+        integer_at_least("--max-len", self.max_len, 1, allow_none=True)
+        integer_at_least("--dim", self.dim, 1, allow_none=True)
+        integer_at_least("--hops", self.hops, 1, allow_none=True)
+        within("--dropout", self.dropout, 0, 1, allow_none=True, high_open=True)
+        one_of("--eval-policy", self.eval_policy, ("clean", "strict", "raw"))
+        integer_at_least("--log-every", self.log_every, 1)
+        integer_at_least("--grad-accumulation", self.grad_accumulation, 1)
+        integer_at_least("--length-buckets", self.length_buckets, 0)
+        one_of("--precision", self.precision, PRECISIONS)
+        integer_at_least("--eval-every", self.eval_every, 1, allow_none=True)
+        one_of("--select-metric", self.select_metric, SELECT_METRICS)
+        if self.test_split is not None and not self.test_split.strip():
+            raise UsageError("--test-split must name a split (e.g. test)")
 
     def _resolve_recipe(self) -> None:
         """Fill every recipe field not given from the model's recipe, checked as the recipe checks its own."""
@@ -140,7 +184,7 @@ def select_metric(cfg: TrainConfig, task: str) -> str:
     if cfg.select_metric == "auto":
         return TASK_METRICS[task][0]
     if cfg.select_metric not in TASK_METRICS[task]:
-        raise ValueError(f"--select-metric {cfg.select_metric} is not a {task} metric; one of {TASK_METRICS[task]}")
+        raise UsageError(f"--select-metric {cfg.select_metric} is not a {task} metric; one of {TASK_METRICS[task]}")
     return cfg.select_metric
 
 

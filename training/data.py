@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from runtime.checks import MissingInput, UsageError
+
 if TYPE_CHECKING:
     from training.config import TrainConfig
 
@@ -16,9 +18,15 @@ if TYPE_CHECKING:
 def read_manifest(data: str) -> dict:
     path = os.path.join(data, "manifest.json")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: not found; --data must be a folder written by jobs/tokenize_corpora.py")
-    with open(path) as f:
-        return json.load(f)
+        raise MissingInput(f"{path}: not found; --data must be a folder written by jobs/tokenize_corpora.py")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except ValueError as error:
+        raise ValueError(f"{path}: damaged ({error}); tokenise again") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits", {}), dict):
+        raise ValueError(f"{path}: not a manifest of jobs/tokenize_corpora.py (no splits)")
+    return manifest
 
 
 # The config field that is the width of a model's word embeddings, in the order looked for (GGSA and GSAMN have
@@ -31,14 +39,14 @@ def embeddings_path(cfg: TrainConfig) -> str | None:
     if cfg.embeddings == "none" or cfg.encoder_path or cfg.init_from:
         if cfg.embeddings not in ("auto", "none"):
             other = "--encoder-path" if cfg.encoder_path else "--init-from"
-            raise ValueError(f"--embeddings {cfg.embeddings} and {other} exclude each other: the pretrained "
+            raise UsageError(f"--embeddings {cfg.embeddings} and {other} exclude each other: the pretrained "
                              "weights bring their own token embeddings")
         return None
     if cfg.embeddings == "auto":
         path = os.path.join(cfg.data, "embeddings.npy")
         return path if os.path.exists(path) else None
     if not os.path.exists(cfg.embeddings):
-        raise FileNotFoundError(f"--embeddings {cfg.embeddings}: no such file (write one with jobs/word_vectors.py)")
+        raise MissingInput(f"--embeddings {cfg.embeddings}: no such file (write one with jobs/word_vectors.py)")
     return cfg.embeddings
 
 
@@ -51,7 +59,7 @@ def embeddings_shape(path: str, vocab_size: int | None) -> tuple[int, int]:
     if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
         raise ValueError(f"{path}: expected a float (vocab, dim) matrix, got {matrix.dtype} {matrix.shape}")
     if vocab_size and matrix.shape[0] != vocab_size:
-        raise ValueError(f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "
+        raise UsageError(f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "
                          "another tokenisation? rerun jobs/word_vectors.py on this --data)")
     return matrix.shape
 
@@ -62,10 +70,10 @@ def check_data_fits_model(cfg: TrainConfig, manifest: dict) -> None:
     passages = MODELS[cfg.model].inputs == "passages"
     schema = manifest.get("schema", "tokenised_pairs")
     if passages and schema != "tokenised_passages":
-        raise ValueError(f"{cfg.data}: {schema} shards; --model {cfg.model} reads reading-comprehension passages "
+        raise UsageError(f"{cfg.data}: {schema} shards; --model {cfg.model} reads reading-comprehension passages "
                          "(tokenize_corpora.py --dataset searchqa|quasart|wikihop|squad)")
     if not passages and schema != "tokenised_pairs":
-        raise ValueError(f"{cfg.data}: {schema} shards; --model {cfg.model} trains on answer-selection pairs "
+        raise UsageError(f"{cfg.data}: {schema} shards; --model {cfg.model} trains on answer-selection pairs "
                          "(tokenised_pairs)")
 
 

@@ -3,12 +3,14 @@ the dev figures training reports, what a random and a word-overlap ranking score
 `evaluate_checkpoint`, which jobs/evaluate.py and a run's --test-split use."""
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 from training.checkpoints import load_checkpoint, resolve_checkpoint
 from training.config import TrainConfig, autocast_dtype
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
@@ -156,6 +158,37 @@ class EvaluateConfig:
     batch_size: int | None = None  # None: the run's dev batch size (eval_batch_size)
     device: str = "auto"
 
+    def __post_init__(self):
+        """Every option range-checked here, before any work (evaluate.py's --dry-run runs the same checks)."""
+        one_of("--which", self.which, ("best", "latest"))
+        if self.eval_policy is not None:
+            one_of("--eval-policy", self.eval_policy, ("clean", "strict", "raw"))
+        integer_at_least("--batch-size", self.batch_size, 1, allow_none=True)
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise UsageError(f"--device must be auto, cpu, cuda or cuda:N; got {self.device!r}")
+
+    def check_inputs(self) -> str:
+        """What evaluation would refuse first: the checkpoint (resolved from a run folder, its files checked
+        against their checksums), the data's manifest and split, and an --output that would replace an input.
+        Returns the checkpoint to score."""
+        from pipelines.atomic import check_output_file
+        from pipelines.shards import tokenised_files
+        from training.checkpoints import checkpoint_summary
+
+        if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
+            raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
+        checkpoint = resolve_checkpoint(self.checkpoint, self.which)
+        checkpoint_summary(checkpoint)
+        manifest = read_manifest(self.data)
+        if self.split not in manifest.get("splits", {}):
+            raise UsageError(f"--split {self.split}: {self.data} has no such split (it has "
+                             f"{', '.join(sorted(manifest.get('splits', {})))})")
+        if self.output:
+            check_output_file(self.output, tokenised_files(self.data) + [os.path.join(checkpoint, name) for name in
+                                                                         os.listdir(checkpoint)]
+                              if "://" not in checkpoint else tokenised_files(self.data))
+        return checkpoint
+
 
 def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     import torch
@@ -164,12 +197,13 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
 
     checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
-    model, train_cfg, state = load_checkpoint(checkpoint, device)
+    model, train_cfg, state, saved = load_checkpoint(checkpoint, device)
     manifest = read_manifest(cfg.data)
     check_data_fits_model(train_cfg, manifest)
-    if manifest.get("vocab_size") and state.get("vocab_size") and manifest["vocab_size"] != state["vocab_size"]:
-        raise ValueError(f"{cfg.data}: vocabulary of {manifest['vocab_size']} tokens, the checkpoint was trained "
-                         f"with {state['vocab_size']} ({checkpoint}); tokenise with the run's vocabulary")
+    trained_vocab = saved.get("vocab_size")
+    if manifest.get("vocab_size") and trained_vocab and manifest["vocab_size"] != trained_vocab:
+        raise UsageError(f"{cfg.data}: vocabulary of {manifest['vocab_size']} tokens, the checkpoint was trained "
+                         f"with {trained_vocab} ({checkpoint}); tokenise with the run's vocabulary")
     paths, schema = shard_paths(cfg.data, cfg.split)
     batcher = Batcher(train_cfg, model.inputs, getattr(model, "objective", None),
                       getattr(model.config, "max_len", None),
@@ -177,7 +211,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     dtype = autocast_dtype(train_cfg.precision if device.type == "cuda" else "fp32", device)
     figures, records = score_split(model, batcher, paths, schema.names, train_cfg, device, dtype, cfg.eval_policy,
                                    cfg.batch_size)
-    summary = {"checkpoint": checkpoint, "model": train_cfg.model, "step": state.get("step"), "split": cfg.split}
+    summary = {"checkpoint": checkpoint, "model": train_cfg.model, "step": state.get("step", saved.get("step")),
+               "split": cfg.split}
     return dict(summary, **figures, output=cfg.output), records
 
 

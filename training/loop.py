@@ -16,7 +16,6 @@ TensorBoard event files and the curves to a PNG in the run folder.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import tempfile
@@ -26,7 +25,8 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from training.checkpoints import NO_SCORE, SCORE, STATE_FILE, load_pretrained, predictions_name, write_jsonl
+from training.checkpoints import (NO_SCORE, SCORE, STATE_FILE, load_pretrained, load_state_file, predictions_name,
+                                  usable_checkpoint, write_checkpoint, write_jsonl)
 from training.config import TrainConfig, autocast_dtype
 from training.data import Batcher, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
@@ -69,6 +69,52 @@ def _agree(flag: bool, device) -> bool:
     return bool(value.item())
 
 
+def _rank_zero_code(code: int, device) -> int:
+    """Rank 0's `code` on every worker (what to do after this step: see WorkerRun.after_step_action)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return code
+    value = torch.tensor([code], dtype=torch.int64, device=device)
+    dist.broadcast(value, src=0)
+    return int(value.item())
+
+
+class StopWatch:
+    """Rank 0's view of the driver's stop request (training.trainer.StopRequest, an actor the job creates): asked
+    at most once a second, never waited for, so a step costs nothing extra while no signal came."""
+
+    def __init__(self, actor_name: str | None):
+        import ray
+
+        self.actor = None
+        if actor_name:
+            try:
+                self.actor = ray.get_actor(actor_name)
+            except ValueError:  # a run started without one (tests calling the loop directly)
+                self.actor = None
+        self.pending, self.asked_at, self.reason = None, 0.0, None
+
+    def requested(self) -> str | None:
+        """The signal's name once the driver has received one, else None."""
+        import ray
+
+        if self.actor is None or self.reason:
+            return self.reason
+        if self.pending is not None:
+            ready, _ = ray.wait([self.pending], timeout=0)
+            if ready:
+                self.reason, self.pending = ray.get(self.pending), None
+        elif time.time() - self.asked_at >= 1.0:
+            self.pending, self.asked_at = self.actor.requested.remote(), time.time()
+        return self.reason
+
+
+# What every worker does after an optimiser step, decided by rank 0: STOP + i stops on SIGNALS[i].
+GO_ON, CHECKPOINT, STOP = 0, 1, 2
+SIGNALS = ("SIGINT", "SIGTERM")
+
+
 def train_loop_per_worker(config: dict) -> None:
     """What Ray Train runs on every worker: `config` is the driver's (training/trainer.py)."""
     WorkerRun(config).train()
@@ -107,7 +153,10 @@ class WorkerRun:
         self.step, self.epoch, self.batch_in_epoch, self.resumed_from = 0, 0, 0, 0
         self.curve, self.dev_history, self.stopped_early = [], [], False
         self.trained_before = 0.0  # seconds trained before the latest resume, up to the checkpoint it resumed from
+        self.interrupted = None  # the signal that stopped the run, once its checkpoint is saved
         averaged_state = self.restore(model, ray.train.get_checkpoint())
+        self.stop_watch = StopWatch(config.get("stop_actor")) if self.rank == 0 else None
+        self.last_saved = time.time()
 
         self.segment_started = time.time()
         self.model = ray.train.torch.prepare_model(model)
@@ -132,8 +181,15 @@ class WorkerRun:
         """Where the run is: a resumed run's state from its latest checkpoint (returning its weight average), or
         a fresh run's starting weights (--init-from) and the word statistics some models read."""
         if checkpoint:
-            with checkpoint.as_directory() as directory:
-                state = torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=False)
+            import ray.train
+
+            path = checkpoint.path
+            if path.rstrip("/") == (self.config.get("damaged_latest") or "").rstrip("/"):
+                path = self.config["resume_from"]  # the driver found the latest damaged and said so
+            else:  # verified here too: after a worker-group restart the latest is one this run just wrote
+                path = usable_checkpoint(path, log if self.rank == 0 else None)
+            with ray.train.Checkpoint(path).as_directory() as directory:
+                state = load_state_file(os.path.join(directory, STATE_FILE))
             model.load_state_dict(state["model"])
             self.stopped_early = state.get("stopped_early", False)
             self.optimizer.load_state_dict(state["optimizer"])
@@ -165,7 +221,8 @@ class WorkerRun:
         while self.step < self.total_steps and not self.stopped_early:
             if not self.train_epoch():
                 break
-        self.finish()
+        if not self.interrupted:
+            self.finish()
 
     def train_epoch(self) -> bool:
         """This worker's rows of the current epoch, from where the run is (a resume skips the micro-batches the
@@ -187,6 +244,7 @@ class WorkerRun:
             micro, step_loss = 0, 0.0
             if self.step >= self.total_steps:
                 return False
+            saved = True
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 self.last_dev, self.evaluated_at = self.dev_metrics(), self.step
                 if self.stop_now():  # the final checkpoint is this step's
@@ -194,6 +252,19 @@ class WorkerRun:
                 self.save({"dev": self.last_dev})
             elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.save({"loss": self.last_loss})
+            else:
+                saved = False
+            action = _rank_zero_code(self.after_step_action(), self.device)
+            if action == CHECKPOINT and not saved:
+                self.save({"loss": self.last_loss})
+            elif action >= STOP:
+                self.interrupted = SIGNALS[action - STOP]
+                if not saved:
+                    self.save({"loss": self.last_loss, "interrupted": self.interrupted})
+                if self.rank == 0:
+                    log(f"[train] step {self.step}: checkpoint saved after {self.interrupted}; run the same command "
+                        "to resume")
+                return False
         if micro:  # the shard held more batches than expected: their gradients were never all-reduced
             _all_reduce_gradients(self.model)
             self.optimiser_step(micro)
@@ -249,6 +320,20 @@ class WorkerRun:
         self.window_loss += loss
         if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
             self.log_progress()
+
+    def after_step_action(self) -> int:
+        """Rank 0's decision after a step: STOP + the signal's index once the driver received SIGINT or SIGTERM
+        (a checkpoint, then the run ends), CHECKPOINT when --checkpoint-minutes have passed since the last one
+        (what a crash or a preemption can cost at most), else GO_ON. Other ranks say GO_ON and follow rank 0."""
+        if self.rank != 0:
+            return GO_ON
+        reason = self.stop_watch.requested() if self.stop_watch else None
+        if reason:
+            return STOP + (SIGNALS.index(reason) if reason in SIGNALS else 0)
+        minutes = self.cfg.checkpoint_minutes
+        if minutes and time.time() - self.last_saved >= 60 * minutes:
+            return CHECKPOINT
+        return GO_ON
 
     def log_progress(self) -> None:
         """The loss since the last line on the curve; rank 0 also logs it with the rate and ETA."""
@@ -330,8 +415,9 @@ class WorkerRun:
 
         score = (metrics.get("dev") or {}).get(self.metric)
         trained = self.trained_before + time.time() - self.segment_started  # every invocation's, lost work aside
+        # copies: Ray Train may serialise the metrics after the run has moved on and appended to its lists
         metrics = dict(metrics, step=self.step, epoch=self.epoch, resumed_from_step=self.resumed_from,
-                       curve=self.curve, dev_history=self.dev_history, trained_seconds=trained,
+                       curve=plain(self.curve), dev_history=plain(self.dev_history), trained_seconds=trained,
                        resumed_trained_seconds=self.trained_before,
                        **{SCORE: float(score) if score is not None else NO_SCORE})
         if self.rank != 0:
@@ -339,21 +425,32 @@ class WorkerRun:
             return
         self.scalars.flush()
         cfg, core = self.cfg, self.core
+        self.last_saved = time.time()
         with tempfile.TemporaryDirectory() as directory:
+            # Tensors and plain containers only (read back with weights_only=True); the configuration is JSON.
             state = {"model": core.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "step": self.step,
-                     "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "curve": self.curve,
-                     "dev_history": self.dev_history, "config": asdict(cfg), "model_config": asdict(core.config),
-                     "vocab_size": self.vocab_size, "vocab_sha256": self.config["vocab_sha256"],
-                     "stopped_early": self.stopped_early, "trained_seconds": trained,
+                     "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "curve": plain(self.curve),
+                     "dev_history": plain(self.dev_history), "stopped_early": self.stopped_early,
+                     "trained_seconds": float(trained),
                      "weight_average": self.average.state_dict() if self.average is not None else None}
-            torch.save(state, os.path.join(directory, STATE_FILE))
             if test:  # the held-out split's figures travel with the weights that earned them
                 figures, records = test
                 write_jsonl(records, os.path.join(directory, predictions_name(cfg.test_split)))
                 metrics["test"] = dict(figures, split=cfg.test_split, step=self.step)
-            with open(os.path.join(directory, "config.json"), "w") as f:
-                json.dump({"train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": self.vocab_size,
-                           "vocab_sha256": self.config["vocab_sha256"], "step": self.step,
-                           "dev": metrics.get("dev") or {}}, f, indent=2)
+            write_checkpoint(directory, state, {
+                "train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": self.vocab_size,
+                "vocab_sha256": self.config["vocab_sha256"], "step": self.step, "dev": plain(metrics.get("dev") or {})})
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+
+
+def plain(value):
+    """`value` with numpy scalars and tuples turned into Python numbers and lists, so that a checkpoint's state
+    loads under weights_only=True and its JSON is standard."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -74,13 +74,17 @@ def plot_curves(curve: list, dev_history: list, metric: str, path: str, title: s
 
 def worker_log_level(level: str) -> None:
     """Ray Train's per-report line ("Reporting training result N: TrainingReport(...)") comes from a logger named
-    by its file's path, outside the `ray.train` loggers that RunConfig's LoggingConfig sets: set it here too."""
+    by its file's path, outside the `ray.train` loggers that RunConfig's LoggingConfig sets: set it here too.
+    A quiet run (WARNING) also keeps Ray Train's "Error in training function" traceback off the console: the job
+    ends with one line naming the cause, and writes that traceback to the log file the line names."""
     import logging
 
     with contextlib.suppress(ImportError):
         from ray.train.v2._internal.execution import context as train_context
 
         logging.getLogger(train_context.__file__).setLevel(level)
+    if logging.getLevelName(level) >= logging.WARNING:
+        logging.getLogger("ray.train.v2._internal.util").setLevel(logging.CRITICAL)
 
 
 def figure_cells(figures: dict, names=None, digits: int = 3) -> list[str]:

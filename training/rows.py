@@ -66,11 +66,16 @@ def row_pieces(groups, start: int, stop: int) -> list[tuple[str, int, int, int]]
 def _read_pieces(pieces):
     import pyarrow.parquet as pq
 
+    from pipelines.shards import ShardError
+
     files = {}
     for path, index, low, high in pieces:
-        if path not in files:
-            files[path] = pq.ParquetFile(path)
-        table = files[path].read_row_group(index)
+        try:
+            if path not in files:
+                files[path] = pq.ParquetFile(path)
+            table = files[path].read_row_group(index)
+        except (OSError, ValueError) as error:  # a shard damaged after tokenisation: name it, not just the codec
+            raise ShardError(f"{path}: row group {index}: {error}") from error
         yield table.slice(low, high - low)
 
 

@@ -1,59 +1,160 @@
 """The driver of a training run, and the only place that starts Ray Train: checks the data against the model,
 sizes the workers, runs `training.loop.train_loop_per_worker` under a TorchTrainer (checkpoints kept by dev
-metric, failures retried), then scores --test-split with the best checkpoint and writes the curve."""
+metric, failures retried, SIGINT and SIGTERM turned into a checkpoint), then scores --test-split with the best
+checkpoint and writes the curve. `check_run` does every check a run can do before Ray starts."""
 from __future__ import annotations
 
 import dataclasses
 import os
 import tempfile
-from dataclasses import asdict
+import uuid
+from dataclasses import asdict, dataclass
 
-from training.checkpoints import (SCORE, predictions_name, pretrained_config, publish, run_dir, scored_checkpoints,
-                                  write_jsonl)
+from runtime.checks import UsageError
+from training.checkpoints import (SCORE, checkpoint_summary, predictions_name, pretrained_config, publish, run_dir,
+                                  run_checkpoints, run_result, scored_checkpoints, usable_checkpoint, write_jsonl)
 from training.config import (TASK_METRICS, TrainConfig, batches_per_epoch_for, data_fields, data_task, select_metric,
                              total_steps_for)
 from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
 from training.evaluation import EvaluateConfig, dev_references, evaluate_checkpoint
 from training.loop import train_loop_per_worker
+from training.models import model_config
 from training.progress import figures_line, log, plot_curves
 from training.rows import row_groups
 
 
-def run(cfg: TrainConfig) -> dict:
-    """Train (or resume) on the connected Ray cluster; return the job's summary."""
-    import ray
-    import ray.train
-    from ray.train.torch import TorchTrainer
+@dataclass
+class RunPlan:
+    """What a run reads and starts from, checked before Ray starts (`check_run`): jobs/train.py's --dry-run prints
+    it, `run` trains from it."""
+    manifest: dict
+    task: str
+    metric: str
+    train_groups: list
+    train_rows: int
+    dev_paths: list
+    dev_columns: list
+    test_paths: list
+    test_columns: list
+    total_steps: int
+    vectors: str | None
+    model_config: object
+    init_from: str | None = None
+    pretrained: dict | None = None
+    resume_from: str | None = None  # the checkpoint a resume starts from (the latest intact one)
+    damaged_latest: str | None = None  # Ray Train's latest checkpoint, where it is damaged
 
+
+def check_run(cfg: TrainConfig, log=log) -> RunPlan:
+    """Everything a run would refuse before training, checked without Ray: the data (manifest, splits, shards
+    against the manifest, rows enough for the workers), word vectors, --init-from, the model configuration, and
+    the run folder (a folder of something else, or the data, is refused; a damaged latest checkpoint is reported
+    and the newest intact one chosen; a checkpoint of another model or configuration is refused)."""
     from pipelines.shards import shard_paths
-    from runtime.ray_env import train_log_level
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
     task = data_task(manifest)
     metric = select_metric(cfg, task)
-    init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
-    for split in ("train", "dev"):
+    for split in ("train", "dev") + ((cfg.test_split,) if cfg.test_split else ()):
         if split not in manifest["splits"]:
-            raise FileNotFoundError(f"{cfg.data}: manifest.json has no {split!r} split")
+            flag = " (--test-split)" if split == cfg.test_split and split not in ("train", "dev") else ""
+            raise UsageError(f"{cfg.data}: manifest.json has no {split!r} split{flag}; it has "
+                             f"{', '.join(sorted(manifest['splits']))}")
     train_paths, _ = shard_paths(os.path.abspath(cfg.data), "train")
     train_groups = row_groups(train_paths)
     train_rows = sum(rows for *_, rows in train_groups)
     if train_rows // cfg.num_workers == 0:
-        raise ValueError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers")
+        raise UsageError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers "
+                         "(--num-workers)")
     dev_paths, dev_schema = shard_paths(os.path.abspath(cfg.data), "dev")
     test_paths, test_columns = [], []
     if cfg.test_split:
-        if cfg.test_split not in manifest["splits"]:
-            raise FileNotFoundError(f"{cfg.data}: manifest.json has no {cfg.test_split!r} split (--test-split); "
-                                    f"it has {', '.join(sorted(manifest['splits']))}")
         test_paths, test_schema = shard_paths(os.path.abspath(cfg.data), cfg.test_split)
         test_columns = test_schema.names
-    total_steps = total_steps_for(cfg, manifest["splits"]["train"]["rows"])
     vectors = embeddings_path(cfg)
-    if vectors:
-        embeddings_shape(vectors, manifest.get("vocab_size"))
-        vectors = os.path.abspath(vectors)
+    shape = embeddings_shape(vectors, manifest.get("vocab_size")) if vectors else None
+    init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
+    try:
+        config = model_config(cfg, manifest.get("vocab_size"), shape[1] if shape else None, data_fields(manifest),
+                              pretrained)
+    except (TypeError, ValueError, AssertionError) as error:  # options that conflict, or a model option out of range
+        raise UsageError(str(error)) from None
+    plan = RunPlan(manifest=manifest, task=task, metric=metric, train_groups=train_groups, train_rows=train_rows,
+                   dev_paths=dev_paths, dev_columns=dev_schema.names, test_paths=test_paths,
+                   test_columns=test_columns, total_steps=total_steps_for(cfg, manifest["splits"]["train"]["rows"]),
+                   vectors=os.path.abspath(vectors) if vectors else None, model_config=config, init_from=init_from,
+                   pretrained=pretrained)
+    check_run_folder(cfg, plan, log)
+    return plan
+
+
+# What a run folder of jobs/train.py holds: Ray Train's files (checkpoints, its snapshot, its storage marker) and
+# ours (TensorBoard events, the curve, --test-split's predictions), or what a kill left of them half written.
+RUN_FOLDER_PREFIXES = ("checkpoint_", ".validate_storage_marker", "tensorboard", "training_curve.png")
+
+
+def _run_artefact(name: str) -> bool:
+    return name.startswith(RUN_FOLDER_PREFIXES) or "_predictions.jsonl" in name
+
+
+def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
+    """The run folder STORAGE/NAME: refused where it is or holds --data, or holds files that are not a run's;
+    where it holds checkpoints, the one a resume starts from (Ray Train's latest, or the newest intact one before
+    it, reported) must be of the same model and model configuration."""
+    from pipelines.atomic import _real, _within
+
+    run = run_dir(cfg)
+    local = "://" not in run
+    if local and _within(_real(cfg.data), _real(run)):
+        raise UsageError(f"--storage-path {cfg.storage_path} --name {cfg.name}: the run folder {run} is or holds "
+                         f"--data {cfg.data}")
+    if local and os.path.isdir(run):
+        strangers = [name for name in sorted(os.listdir(run)) if not _run_artefact(name)]
+        if strangers:
+            raise UsageError(f"--storage-path {cfg.storage_path} --name {cfg.name}: {run} holds {strangers[0]!r} "
+                             f"({len(strangers)} such entries), so it is not a run folder of jobs/train.py; choose "
+                             "another --name")
+    if not run_checkpoints(run):
+        return
+    try:
+        latest = run_result(run).checkpoint
+    except Exception:  # no snapshot yet: Ray Train starts the run afresh
+        return
+    if latest is None:
+        return
+    plan.resume_from = usable_checkpoint(latest.path, log)
+    if plan.resume_from != latest.path:
+        plan.damaged_latest = latest.path
+    saved = checkpoint_summary(plan.resume_from)
+    step = saved.get("step", "?")
+    if saved["train"]["model"] != cfg.model:
+        raise UsageError(f"--name {cfg.name}: {run} holds a {saved['train']['model']} run (step {step}), this command "
+                         f"trains {cfg.model}; choose another --name, or remove the folder to start over")
+    ours = asdict(plan.model_config)
+    differ = [f"{key} {saved['model_config'][key]!r} there, {ours[key]!r} here" for key in sorted(ours)
+              if key in saved.get("model_config", {}) and saved["model_config"][key] != ours[key]]
+    if differ:
+        raise UsageError(f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step}) of another model "
+                         f"configuration ({'; '.join(differ[:3])}); a resume needs the same one: choose another "
+                         "--name, or remove the folder to start over")
+
+
+def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
+    """Train (or resume) on the connected Ray cluster; return the job's summary. `plan`: `check_run(cfg)`, done
+    here when not given. SIGINT or SIGTERM (Ctrl-C, `ray job stop`, a preempted head) makes the workers save a
+    checkpoint at their next step and stop: the summary then says `interrupted`."""
+    import ray
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from runtime.ray_env import train_log_level
+
+    plan = plan or check_run(cfg)
+    manifest, task, metric = plan.manifest, plan.task, plan.metric
+    train_groups, train_rows, vectors = plan.train_groups, plan.train_rows, plan.vectors
+    dev_paths, total_steps = plan.dev_paths, plan.total_steps
+    init_from, pretrained = plan.init_from, plan.pretrained
 
     cpus = float(ray.cluster_resources().get("CPU", 1))
     per_worker = cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
@@ -67,20 +168,23 @@ def run(cfg: TrainConfig) -> dict:
     # Workers run in the Ray session's artifacts folder: a relative path there names another place (TensorBoard
     # logs and predictions written under it were lost in /tmp/ray/session_*/artifacts).
     cfg = dataclasses.replace(cfg, storage_path=storage)
+    stop_name = f"qa-train-stop-{uuid.uuid4().hex[:12]}"
+    stop = ray.remote(num_cpus=0)(StopRequest).options(name=stop_name).remote()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
                            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
                            "train_row_groups": train_groups, "train_rows": train_rows,
-                           "dev_paths": dev_paths, "dev_columns": dev_schema.names,
-                           "test_paths": test_paths, "test_columns": test_columns,
+                           "dev_paths": dev_paths, "dev_columns": plan.dev_columns,
+                           "test_paths": plan.test_paths, "test_columns": plan.test_columns,
                            "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
                            "select_metric": metric, "from_data": data_fields(manifest),
                            "init_from": init_from, "pretrained_config": pretrained,
                            "vocab_sha256": manifest.get("vocab_sha256"),
                            "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
                            "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus,
-                           "log_level": train_log_level()},
+                           "log_level": train_log_level(), "stop_actor": stop_name,
+                           "resume_from": plan.resume_from, "damaged_latest": plan.damaged_latest},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
@@ -92,7 +196,7 @@ def run(cfg: TrainConfig) -> dict:
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
             logging_config=ray.train.LoggingConfig(log_level=train_log_level())),
     )
-    result = trainer.fit()
+    result, interrupted = fit_until_signalled(trainer, stop)
     metrics = result.metrics or {}
     dev = metrics.get("dev", {})
     best = None
@@ -101,7 +205,7 @@ def run(cfg: TrainConfig) -> dict:
         checkpoint, best_metrics = max(scored, key=lambda pair: pair[1][SCORE])
         best = {"checkpoint": checkpoint.path, "step": best_metrics["step"], "metric": metric,
                 "value": best_metrics[SCORE]}
-    test = held_out_figures(cfg, result, best) if cfg.test_split else None
+    test = held_out_figures(cfg, result, best) if cfg.test_split and not interrupted else None
     curve_png = run_dir(cfg) + "/training_curve.png"
     with tempfile.TemporaryDirectory() as directory:
         local = os.path.join(directory, "training_curve.png")
@@ -116,8 +220,65 @@ def run(cfg: TrainConfig) -> dict:
             "checkpoint": result.checkpoint.path if result.checkpoint else None,
             "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
             "examples_per_s": metrics.get("examples_per_s"), "stopped_early": metrics.get("stopped_early", False),
-            "test": test, "loss_curve": metrics.get("curve", []),
-            "references": dev_references(dev_paths, cfg.eval_policy, cfg.seed) if task == "ranking" else None}
+            "test": test, "loss_curve": metrics.get("curve", []), "total_steps": total_steps,
+            "interrupted": interrupted,
+            "references": (dev_references(dev_paths, cfg.eval_policy, cfg.seed)
+                           if task == "ranking" and not interrupted else None)}
+
+
+class StopRequest:
+    """The driver's record of a stop signal, an actor that rank 0 asks between steps (training.loop.StopWatch)."""
+
+    def __init__(self):
+        self.reason = None
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+    def requested(self) -> str | None:
+        return self.reason
+
+
+def fit_until_signalled(trainer, stop) -> tuple[object, str | None]:
+    """`trainer.fit()`, with SIGINT and SIGTERM turned into a checkpoint: the first tells the workers (through
+    the `stop` actor) to save one at their next step and return; a second stops at once, without one.
+
+    fit() runs in a thread of its own, so that the signals reach this (main) thread's handlers: Ray Train's own
+    SIGINT handler, installed only from the main thread, would abort the workers without a checkpoint."""
+    import signal
+    import threading
+
+    outcome: dict = {}
+    received: list[str] = []
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as error:  # re-raised in the caller's thread
+            outcome["error"] = error
+
+    def on_signal(signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if received:
+            raise KeyboardInterrupt(f"{name} again: stopped without a checkpoint")
+        received.append(name)
+        log(f"[train] {name}: saving a checkpoint at the next step, then stopping ({name} again stops at once)")
+        stop.request.remote(name)
+
+    if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
+        return trainer.fit(), None
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    thread = threading.Thread(target=fit, name="train-fit", daemon=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"], (received[0] if received else None)
 
 
 def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
