@@ -26,11 +26,11 @@ class OutputError(UsageError):
     """An output path the job refuses (the message names the path and why)."""
 
 
-def _real(path: str) -> str:
+def real_path(path: str) -> str:
     return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
 
 
-def _within(path: str, folder: str) -> bool:
+def within_folder(path: str, folder: str) -> bool:
     """Whether `path` is `folder` or lies under it (both real paths)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -51,13 +51,12 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
     Refused: `target` is an existing file (or anything but a folder); `target` is one of `inputs` or holds one;
     `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
     returning True for outputs written before markers existed). A missing or empty folder is fine."""
-    real = _real(target)
+    real = real_path(target)
     if os.path.lexists(target) and not os.path.isdir(target):
-        raise OutputError(f"{option} {target}: an existing file, not a folder; name a new folder (nothing was "
-                          "changed)")
+        raise OutputError(f"{option} {target}: an existing file, not a folder; name a new folder")
     for path in inputs:
-        if path and "://" not in str(path) and _within(_real(str(path)), real):
-            what = "is" if _real(str(path)) == real else "holds"
+        if path and "://" not in str(path) and within_folder(real_path(str(path)), real):
+            what = "is" if real_path(str(path)) == real else "holds"
             raise OutputError(f"{option} {target}: {what} the input {path}; replacing it would delete that input "
                               "(name another folder)")
     if not os.path.isdir(target) or not os.listdir(target):
@@ -71,13 +70,13 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
 
 
 def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
-    """Raise OutputError if the file `target` would replace one of `inputs` (files, or folders it lies in are not
-    checked: a results file may live beside its data) or is a folder."""
+    """Raise OutputError if the file `target` is a folder or is one of the files `inputs` (a results file may live
+    beside its data, but never in place of it)."""
     if os.path.isdir(target):
         raise OutputError(f"{option} {target}: a folder; name a file")
-    real = _real(target)
+    real = real_path(target)
     for path in inputs:
-        if path and "://" not in str(path) and _real(str(path)) == real:
+        if path and "://" not in str(path) and real_path(str(path)) == real:
             raise OutputError(f"{option} {target}: is the input {path}; writing it would destroy that input "
                               "(name another file)")
 

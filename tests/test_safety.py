@@ -239,6 +239,11 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
         assert _exit_code(job, argv + ["--dry-run"]) == code, (job, argv)
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], (job, lines)
+    altered = make_tokenised(tmp_path / "altered")
+    with open(os.path.join(altered, "vocab.json"), "a") as f:
+        f.write(" ")
+    assert _exit_code("train", ["--model", "gsamn", "--data", altered, "--storage-path", runs, "--dry-run"]) == 1
+    assert "vocab.json: not the vocabulary" in capsys.readouterr().err
     damaged = _checkpoint(tmp_path / "damaged", tiny)
     with open(os.path.join(damaged, "state.pt"), "r+b") as f:
         f.truncate(100)

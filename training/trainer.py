@@ -10,7 +10,7 @@ import tempfile
 import uuid
 from dataclasses import asdict, dataclass
 
-from runtime.checks import UsageError
+from runtime.checks import MissingInput, UsageError
 from training.checkpoints import (SCORE, checkpoint_summary, predictions_name, pretrained_config, publish, run_dir,
                                   run_checkpoints, run_result, scored_checkpoints, usable_checkpoint, write_jsonl)
 from training.config import (TASK_METRICS, TrainConfig, batches_per_epoch_for, data_fields, data_task, select_metric,
@@ -61,6 +61,7 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
             flag = " (--test-split)" if split == cfg.test_split and split not in ("train", "dev") else ""
             raise UsageError(f"{cfg.data}: manifest.json has no {split!r} split{flag}; it has "
                              f"{', '.join(sorted(manifest['splits']))}")
+    check_vocabulary(cfg.data, manifest)
     train_paths, _ = shard_paths(os.path.abspath(cfg.data), "train")
     train_groups = row_groups(train_paths)
     train_rows = sum(rows for *_, rows in train_groups)
@@ -89,6 +90,19 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     return plan
 
 
+def check_vocabulary(data: str, manifest: dict) -> None:
+    """DATA/vocab.json is there and is the vocabulary the manifest was written with (its sha256): the ids in the
+    shards, a checkpoint's vocabulary check and word statistics all rest on it."""
+    from pipelines.shards import sha256_file
+
+    path = os.path.join(data, manifest.get("vocab", "vocab.json"))
+    if not os.path.exists(path):
+        raise MissingInput(f"{path}: not found; --data must be a whole folder written by jobs/tokenize_corpora.py")
+    if manifest.get("vocab_sha256") and sha256_file(path) != manifest["vocab_sha256"]:
+        raise ValueError(f"{path}: not the vocabulary {data}/manifest.json was written with (its sha256 differs); "
+                         "tokenise again")
+
+
 # What a run folder of jobs/train.py holds: Ray Train's files (checkpoints, its snapshot, its storage marker) and
 # ours (TensorBoard events, the curve, --test-split's predictions), or what a kill left of them half written.
 RUN_FOLDER_PREFIXES = ("checkpoint_", ".validate_storage_marker", "tensorboard", "training_curve.png")
@@ -102,11 +116,11 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
     """The run folder STORAGE/NAME: refused where it is or holds --data, or holds files that are not a run's;
     where it holds checkpoints, the one a resume starts from (Ray Train's latest, or the newest intact one before
     it, reported) must be of the same model and model configuration."""
-    from pipelines.atomic import _real, _within
+    from pipelines.atomic import real_path, within_folder
 
     run = run_dir(cfg)
     local = "://" not in run
-    if local and _within(_real(cfg.data), _real(run)):
+    if local and within_folder(real_path(cfg.data), real_path(run)):
         raise UsageError(f"--storage-path {cfg.storage_path} --name {cfg.name}: the run folder {run} is or holds "
                          f"--data {cfg.data}")
     if local and os.path.isdir(run):
