@@ -45,6 +45,21 @@ def output_job(folder: str) -> str | None:
     return marker.get("job") if isinstance(marker, dict) else None
 
 
+def recognised_by(name: str, *keys: str):
+    """A test for outputs written before completion markers existed: the folder holds the JSON file `name` (the
+    job's stats or manifest, written last) with every one of `keys`."""
+
+    def earlier_output(folder: str) -> bool:
+        try:
+            with open(os.path.join(folder, name)) as f:
+                written = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return isinstance(written, dict) and all(key in written for key in keys)
+
+    return earlier_output
+
+
 def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "--output") -> None:
     """Raise OutputError if writing the folder `target` would destroy what the user did not ask to replace.
 

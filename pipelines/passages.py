@@ -461,8 +461,7 @@ def write_passages(cfg) -> dict:
     from ray.data.expressions import col
 
     from pipelines.atomic import staged_dir
-    from pipelines.tokenize import JOB, earlier_tokenisation
-    from pipelines.shards import manifest_for, write_shards
+    from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
     from pipelines.vocabulary import vocabulary_for
 
     options = {"contexts": cfg.quasart_contexts} if cfg.dataset == "quasart" else {}

@@ -12,9 +12,15 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from pipelines.atomic import recognised_by
 from pipelines.blocks import materialised_blocks
 from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
 from pipelines.vocabulary import RESERVED, Vocabulary
+
+
+JOB = "tokenize_corpora"  # the job that writes tokenised folders: the name its outputs carry (pipelines.atomic)
+# A tokenised folder written before outputs carried a completion marker: its manifest, with splits and vocabulary.
+earlier_tokenisation = recognised_by("manifest.json", "splits", "vocab_sha256")
 
 
 def sha256_file(path: str) -> str:

@@ -46,7 +46,7 @@ from pipelines.blocks import (differs_from_previous, map_groups_in_block, materi
                              trim_when_idle)
 from pipelines.datacard import LENGTH_BINS, length_histogram, write_card
 from pipelines.dedup import DEDUP_MODES, duplicate_answers
-from pipelines.atomic import staged_dir
+from pipelines.atomic import recognised_by, staged_dir
 from runtime.checks import UsageError, at_least, integer_at_least, one_of, whole, within
 from pipelines.langid import LanguageIdentifier
 from pipelines.negatives import POOL_MODES, negative_blocks, pool_groups
@@ -160,14 +160,8 @@ class BuildConfig:
         return [*self.dumps, *self.exclude_test_sets.values(), *([self.cache_dir] if self.cache_dir else [])]
 
 
-def earlier_build(folder: str) -> bool:
-    """A build written before outputs carried a completion marker: its stats.json with the funnel's splits."""
-    try:
-        with open(os.path.join(folder, "stats.json")) as f:
-            stats = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(stats, dict) and "splits" in stats and "pairs" in stats
+# A build written before outputs carried a completion marker: its stats.json, with the funnel's splits and pairs.
+earlier_build = recognised_by("stats.json", "splits", "pairs")
 
 
 def stable_unit(*parts) -> float:

@@ -16,11 +16,10 @@ import pyarrow as pa
 
 from pipelines.atomic import check_output, staged_dir
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
-from pipelines.shards import manifest_for, write_shards
+from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
 from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
 from runtime.checks import MissingInput, integer_at_least, one_of
 
-JOB = "tokenize_corpora"  # the name its outputs carry (pipelines.atomic)
 
 
 class SpacyTokenizer:
@@ -143,14 +142,6 @@ class TokenizeConfig:
         check_output(self.output, JOB, self.input_paths(), earlier_tokenisation)
 
 
-def earlier_tokenisation(folder: str) -> bool:
-    """A tokenised folder written before outputs carried a completion marker: its manifest with splits."""
-    try:
-        with open(os.path.join(folder, "manifest.json")) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and "splits" in manifest and "vocab_sha256" in manifest
 
 
 def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:

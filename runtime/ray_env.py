@@ -209,5 +209,8 @@ def run_on_ray(job: str, work, num_cpus: int | None = None, state_api: bool = Fa
     try:
         with ray_session(num_cpus, quiet=not verbose, state_api=state_api):
             return work(), 0
+    except KeyboardInterrupt as stop:  # Ctrl-C: the local Ray is shut down on the way out; no traceback
+        print(f"{job}: stopped{': ' + str(stop) if str(stop) else ' by SIGINT'}", file=sys.stderr, flush=True)
+        return None, 128 + getattr(stop, "signum", 2)  # 130 for SIGINT, 143 for SIGTERM
     except Exception as err:  # one line naming the file or row, not Ray's wrapped traceback
         return None, fail(job, err)

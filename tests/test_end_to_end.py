@@ -521,11 +521,12 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
     assert finetune["init_from"] == pretrain["best"]["checkpoint"]
     before = torch.load(os.path.join(finetune["init_from"], "state.pt"), weights_only=True)
     after = torch.load(os.path.join(finetune["checkpoint"], "state.pt"), weights_only=True)
-    assert after["model_config"] == before["model_config"]  # the pretrained architecture (dim 16), not defaults
+    configs = [json.load(open(os.path.join(finetune[key], "config.json"))) for key in ("init_from", "checkpoint")]
+    assert configs[1]["model_config"] == configs[0]["model_config"]  # the pretrained architecture (dim 16)
     assert after["model"].keys() == before["model"].keys()
     for name, weight in before["model"].items():
         assert torch.equal(after["model"][name], weight), name
-    assert after["vocab_sha256"] == before["vocab_sha256"] == manifest["vocab_sha256"]
+    assert configs[1]["vocab_sha256"] == configs[0]["vocab_sha256"] == manifest["vocab_sha256"]
 
     own = str(tmp_path / "wikiqa-own")
     write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=own))

@@ -160,6 +160,24 @@ def test_an_earlier_output_is_replaced_whole_and_only_ours_are_cleaned_up(tmp_pa
     with staged_dir(str(legacy), "build_stackexchangeqa", legacy=earlier_build):
         pass
     assert output_job(str(legacy)) == "build_stackexchangeqa"
+    from pipelines.atomic import check_output
+    from pipelines.shards import earlier_tokenisation
+
+    check_output(make_tokenised(tmp_path / "tokenised-before-markers"), "tokenize_corpora", legacy=earlier_tokenisation)
+
+
+def test_a_run_folder_that_is_the_data_or_holds_other_files_is_refused(tmp_path, tiny, capsys):
+    (tmp_path / "thesis").mkdir()
+    (tmp_path / "thesis" / "chapter1.tex").write_text("mine")
+    before = tree(tmp_path)
+    for storage, name, fragment in ((str(tmp_path), "tokenised", "is or holds --data"),
+                                    (str(tmp_path), "thesis", "holds 'chapter1.tex' (1 such entries), so it is not a "
+                                                              "run folder")):
+        argv = ["--model", "gsamn", "--data", tiny, "--storage-path", storage, "--name", name]
+        assert _exit_code("train", argv) == 2
+        line = capsys.readouterr().err.strip()
+        assert fragment in line and "\n" not in line, line
+    assert tree(tmp_path) == before
 
 
 # ------------------------------------------------------------------------------------- options checked first
@@ -239,6 +257,15 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
         assert _exit_code(job, argv + ["--dry-run"]) == code, (job, argv)
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], (job, lines)
+    footer = make_tokenised(tmp_path / "footer")
+    shard = os.path.join(footer, "dev", "part-00000.parquet")
+    with open(shard, "r+b") as f:  # the same size, so only reading the footer finds it
+        f.seek(-8, os.SEEK_END)
+        footer_length = int.from_bytes(f.read(4), "little")
+        f.seek(-8 - footer_length, os.SEEK_END)
+        f.write(bytes(footer_length // 2))
+    assert _exit_code("train", ["--model", "gsamn", "--data", footer, "--storage-path", runs, "--dry-run"]) == 1
+    assert f"ShardError: {shard}: not a readable Parquet file" in capsys.readouterr().err
     altered = make_tokenised(tmp_path / "altered")
     with open(os.path.join(altered, "vocab.json"), "a") as f:
         f.write(" ")
@@ -255,8 +282,8 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
 
 def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, tiny, capsys):
     packages = ("crawl", "pipelines", "qa_models", "jobs", "training", "runtime", "experiments", "bench", "infra")
-    modules = [f"{package}.{name[:-3]}" for package in packages for name in sorted(os.listdir(os.path.join(REPO, package)))
-               if name.endswith(".py") and name != "__init__.py"]
+    modules = [f"{package}.{name[:-3]}" for package in packages
+               for name in sorted(os.listdir(os.path.join(REPO, package))) if name.endswith(".py") and name != "__init__.py"]
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\nprint(len(sys.argv) - 1)"
     done = subprocess.run([sys.executable, "-c", code, *modules], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
@@ -316,6 +343,9 @@ def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_is_used(tmp_pat
     lines = []
     assert usable_checkpoint(latest, lines.append) == paths[1]
     assert lines[0].startswith(f"[train] damaged checkpoint {latest}: state.pt") and "(step 4)" in lines[1]
+    os.rename(os.path.join(latest, "config.json"), os.path.join(latest, "config.moved"))  # its step unknown
+    assert usable_checkpoint(latest) == paths[1]  # older by name (Ray Train names them by time)
+    os.rename(os.path.join(latest, "config.moved"), os.path.join(latest, "config.json"))
     os.remove(os.path.join(latest, "checksums.json"))  # written before checksums: its load still fails, by name
     with pytest.raises(CheckpointError, match=r"state.pt: damaged"):
         load_state_file(os.path.join(latest, "state.pt"))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pipelines.shards import sha256_file
-from runtime.checks import MissingInput
+from runtime.checks import MissingInput, UsageError
 from training.optim import evaluation_weights
 
 if TYPE_CHECKING:
@@ -109,16 +109,16 @@ def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
     summary = checkpoint_summary(path)
     trained = summary["train"]["model"]
     if trained != cfg.model:
-        raise CheckpointError(f"--init-from {path}: a {trained} checkpoint, this run trains {cfg.model}")
+        raise UsageError(f"--init-from {path}: a {trained} checkpoint, this run trains {cfg.model}")
     config = summary.get("model_config")
     if config is None:
         raise CheckpointError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
     ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
     if not config.get("encoder_path") and ours and theirs and ours != theirs:
-        raise CheckpointError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
+        raise UsageError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
                               f"tokenise {cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}")
     if not config.get("encoder_path") and summary.get("vocab_size") != manifest.get("vocab_size"):
-        raise CheckpointError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
+        raise UsageError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
                               f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab")
     return path, config
 
@@ -232,12 +232,15 @@ def usable_checkpoint(path: str, log=None) -> str:
     damaged one through `log`); CheckpointError naming every damaged one when none is intact."""
     import ray.train
 
-    run = path.rstrip("/").rsplit("/", 1)[0]
-    candidates = [path]
+    run, name = path.rstrip("/").rsplit("/", 1)
     newest = run_checkpoints(run)
     steps = {p.rstrip("/"): step for step, p in newest}
-    limit = steps.get(path.rstrip("/"))
-    candidates += [p for step, p in newest if p.rstrip("/") != path.rstrip("/") and (limit is None or step <= limit)]
+    limit = steps.get(path.rstrip("/"), -1)
+
+    def older(step: int, other: str) -> bool:  # by step where the damaged one's is readable, else by name (time)
+        return step <= limit if limit >= 0 else other.rstrip("/").rsplit("/", 1)[-1] < name
+
+    candidates = [path] + [p for step, p in newest if p.rstrip("/") != path.rstrip("/") and older(step, p)]
     damaged = []
     for candidate in candidates:
         with ray.train.Checkpoint(candidate).as_directory() as directory:

@@ -10,7 +10,9 @@ of train from an exact position (training/rows.py), in batches fixed by the data
 draw is seeded by position (`seed_micro_batch`), so a run restarted from a checkpoint, after a lost worker or
 node, reads on from where it was, without re-reading what it had consumed, and ends with the weights of an
 uninterrupted one. Ray Train keeps the best checkpoints by a dev metric and the latest. A run is resumed by
-running again with the same storage path and name (Ray Train V2 finds the latest checkpoint). Scalars go to
+running again with the same storage path and name (Ray Train V2 finds the latest checkpoint; a damaged one is
+passed over for the newest intact one before it). Rank 0 also checkpoints every --checkpoint-minutes, and when the
+driver has received SIGINT or SIGTERM, after which every worker stops. Scalars go to
 TensorBoard event files and the curves to a PNG in the run folder.
 """
 from __future__ import annotations
@@ -60,13 +62,7 @@ def seed_micro_batch(seed: int, rank: int, epoch: int, index: int) -> None:
 
 def _agree(flag: bool, device) -> bool:
     """Rank 0's `flag` on every worker (a decision only rank 0 can take, such as stopping on its dev figures)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.broadcast(value, src=0)
-    return bool(value.item())
+    return bool(_rank_zero_code(int(flag), device))
 
 
 def _rank_zero_code(code: int, device) -> int:
@@ -104,7 +100,12 @@ class StopWatch:
         if self.pending is not None:
             ready, _ = ray.wait([self.pending], timeout=0)
             if ready:
-                self.reason, self.pending = ray.get(self.pending), None
+                try:
+                    self.reason = ray.get(self.pending)
+                except ray.exceptions.RayError as error:  # its node lost: training goes on without signals
+                    log(f"[train] no longer hearing the driver's stop requests ({type(error).__name__})")
+                    self.actor = None
+                self.pending = None
         elif time.time() - self.asked_at >= 1.0:
             self.pending, self.asked_at = self.actor.requested.remote(), time.time()
         return self.reason

@@ -161,6 +161,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from runtime.ray_env import train_log_level
 
@@ -183,7 +184,9 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     # logs and predictions written under it were lost in /tmp/ray/session_*/artifacts).
     cfg = dataclasses.replace(cfg, storage_path=storage)
     stop_name = f"qa-train-stop-{uuid.uuid4().hex[:12]}"
-    stop = ray.remote(num_cpus=0)(StopRequest).options(name=stop_name).remote()
+    # on the driver's node: a lost worker node must not take the driver's record of a signal with it
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+    stop = ray.remote(num_cpus=0)(StopRequest).options(name=stop_name, scheduling_strategy=here).remote()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
@@ -274,7 +277,9 @@ def fit_until_signalled(trainer, stop) -> tuple[object, str | None]:
     def on_signal(signum, frame) -> None:
         name = signal.Signals(signum).name
         if received:
-            raise KeyboardInterrupt(f"{name} again: stopped without a checkpoint")
+            stop_now = KeyboardInterrupt(f"{name} again: stopped without a checkpoint")
+            stop_now.signum = signum
+            raise stop_now
         received.append(name)
         log(f"[train] {name}: saving a checkpoint at the next step, then stopping ({name} again stops at once)")
         stop.request.remote(name)
