@@ -27,6 +27,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
+from runtime.stop import StopWatch
 from training.checkpoints import (NO_SCORE, SCORE, STATE_FILE, load_pretrained, load_state_file, predictions_name,
                                   usable_checkpoint, write_checkpoint, write_jsonl)
 from training.config import TrainConfig, autocast_dtype
@@ -76,41 +77,6 @@ def _rank_zero_code(code: int, device) -> int:
     return int(value.item())
 
 
-class StopWatch:
-    """Rank 0's view of the driver's stop request (training.trainer.StopRequest, an actor the job creates): asked
-    at most once a second, never waited for, so a step costs nothing extra while no signal came."""
-
-    def __init__(self, actor_name: str | None):
-        import ray
-
-        self.actor = None
-        if actor_name:
-            try:
-                self.actor = ray.get_actor(actor_name)
-            except ValueError:  # a run started without one (tests calling the loop directly)
-                self.actor = None
-        self.pending, self.asked_at, self.reason = None, 0.0, None
-
-    def requested(self) -> str | None:
-        """The signal's name once the driver has received one, else None."""
-        import ray
-
-        if self.actor is None or self.reason:
-            return self.reason
-        if self.pending is not None:
-            ready, _ = ray.wait([self.pending], timeout=0)
-            if ready:
-                try:
-                    self.reason = ray.get(self.pending)
-                except ray.exceptions.RayError as error:  # its node lost: training goes on without signals
-                    log(f"[train] no longer hearing the driver's stop requests ({type(error).__name__})")
-                    self.actor = None
-                self.pending = None
-        elif time.time() - self.asked_at >= 1.0:
-            self.pending, self.asked_at = self.actor.requested.remote(), time.time()
-        return self.reason
-
-
 # What every worker does after an optimiser step, decided by rank 0: STOP + i stops on SIGNALS[i].
 GO_ON, CHECKPOINT, STOP = 0, 1, 2
 SIGNALS = ("SIGINT", "SIGTERM")
@@ -156,7 +122,7 @@ class WorkerRun:
         self.trained_before = 0.0  # seconds trained before the latest resume, up to the checkpoint it resumed from
         self.interrupted = None  # the signal that stopped the run, once its checkpoint is saved
         averaged_state = self.restore(model, ray.train.get_checkpoint())
-        self.stop_watch = StopWatch(config.get("stop_actor")) if self.rank == 0 else None
+        self.stop_watch = StopWatch(config.get("stop_key")) if self.rank == 0 else None
         self.last_saved = time.time()
 
         self.segment_started = time.time()

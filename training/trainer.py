@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-import uuid
 from dataclasses import asdict, dataclass
 
 from runtime.checks import MissingInput, UsageError
+from runtime.stop import fit_until_signalled, new_key
 from training.checkpoints import (SCORE, checkpoint_summary, predictions_name, pretrained_config, publish, run_dir,
                                   run_checkpoints, run_result, scored_checkpoints, usable_checkpoint, write_jsonl)
 from training.config import (TASK_METRICS, TrainConfig, batches_per_epoch_for, data_fields, data_task, select_metric,
@@ -161,7 +161,6 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from runtime.ray_env import train_log_level
 
@@ -183,10 +182,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     # Workers run in the Ray session's artifacts folder: a relative path there names another place (TensorBoard
     # logs and predictions written under it were lost in /tmp/ray/session_*/artifacts).
     cfg = dataclasses.replace(cfg, storage_path=storage)
-    stop_name = f"qa-train-stop-{uuid.uuid4().hex[:12]}"
-    # on the driver's node: a lost worker node must not take the driver's record of a signal with it
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-    stop = ray.remote(num_cpus=0)(StopRequest).options(name=stop_name, scheduling_strategy=here).remote()
+    stop_key = new_key()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
@@ -200,7 +196,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
                            "vocab_sha256": manifest.get("vocab_sha256"),
                            "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
                            "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus,
-                           "log_level": train_log_level(), "stop_actor": stop_name,
+                           "log_level": train_log_level(), "stop_key": stop_key,
                            "resume_from": plan.resume_from, "damaged_latest": plan.damaged_latest},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker=resources),
@@ -213,7 +209,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
             logging_config=ray.train.LoggingConfig(log_level=train_log_level())),
     )
-    result, interrupted = fit_until_signalled(trainer, stop)
+    result, interrupted = fit_until_signalled(trainer, stop_key, log)
     metrics = result.metrics or {}
     dev = metrics.get("dev", {})
     best = None
@@ -241,63 +237,6 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "interrupted": interrupted,
             "references": (dev_references(dev_paths, cfg.eval_policy, cfg.seed)
                            if task == "ranking" and not interrupted else None)}
-
-
-class StopRequest:
-    """The driver's record of a stop signal, an actor that rank 0 asks between steps (training.loop.StopWatch)."""
-
-    def __init__(self):
-        self.reason = None
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
-
-    def requested(self) -> str | None:
-        return self.reason
-
-
-def fit_until_signalled(trainer, stop) -> tuple[object, str | None]:
-    """`trainer.fit()`, with SIGINT and SIGTERM turned into a checkpoint: the first tells the workers (through
-    the `stop` actor) to save one at their next step and return; a second stops at once, without one.
-
-    fit() runs in a thread of its own, so that the signals reach this (main) thread's handlers: Ray Train's own
-    SIGINT handler, installed only from the main thread, would abort the workers without a checkpoint."""
-    import signal
-    import threading
-
-    outcome: dict = {}
-    received: list[str] = []
-
-    def fit() -> None:
-        try:
-            outcome["result"] = trainer.fit()
-        except BaseException as error:  # re-raised in the caller's thread
-            outcome["error"] = error
-
-    def on_signal(signum, frame) -> None:
-        name = signal.Signals(signum).name
-        if received:
-            stop_now = KeyboardInterrupt(f"{name} again: stopped without a checkpoint")
-            stop_now.signum = signum
-            raise stop_now
-        received.append(name)
-        log(f"[train] {name}: saving a checkpoint at the next step, then stopping ({name} again stops at once)")
-        stop.request.remote(name)
-
-    if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
-        return trainer.fit(), None
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    thread = threading.Thread(target=fit, name="train-fit", daemon=True)
-    try:
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.2)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"], (received[0] if received else None)
 
 
 def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
