@@ -24,7 +24,7 @@ DEMO_TRAIN_ARGS ?= --encoder-path $(ENCODER) --max-len 96 --batch-size 16 --max-
 	--length-buckets 8 --cpus-per-worker $(DEMO_CPUS) --log-every 64
 endif
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast lint install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,16 @@ demo: install
 	$(PY) jobs/train.py --model gsamn --data $(OUT)/tokenised --storage-path $(OUT)/runs --name gsamn-demo $(DEMO_TRAIN_ARGS) > $(OUT)/train_summary.json
 	@echo "data card $(OUT)/stackexchangeqa/DATA_CARD.md (funnel.png beside it); summary $(OUT)/train_summary.json"
 	@echo "training curve $(OUT)/runs/gsamn-demo/training_curve.png; TensorBoard: tensorboard --logdir $(OUT)/runs/gsamn-demo/tensorboard"
+
+# Before committing: `make lint` (ruff's rules and format, mypy over the packages) and `make test-fast` (every test
+# that starts no Ray and trains nothing: a couple of minutes on 2 cores). `make test` is the whole suite (CI).
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+test-fast: install
+	$(PY) -m pytest -q -m "not ray and not slow" tests
 
 test: install
 	$(PY) -m pytest -q tests

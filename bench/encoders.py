@@ -24,6 +24,7 @@ The last line is one JSON object (also written to --json) with `ggsa_vs_global_s
 `dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured) and
 `dynsan_vs_full_sdpa_memory_ratio_L4096`, with every case's figures under `cases`.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,12 +34,12 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import argparse  # noqa: E402
-import multiprocessing  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
+import argparse
+import multiprocessing
+import platform
+import time
 
-from bench.report import write_result  # noqa: E402
+from bench.report import write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,8 +92,9 @@ def _ctrn_case(variant: str, length: int):
 
     if variant == "ctrn-torch-loop":  # each case is a fresh process: the C kernel is never loaded in this one
         os.environ["QA_MODELS_NATIVE"] = "0"
-    config = CTRNConfig(vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0,
-                        cross=variant != "qrnn")
+    config = CTRNConfig(
+        vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
+    )
     model = CTRN(config) if variant in ("ctrn", "qrnn", "ctrn-torch-loop") else _RecurrentPairModel(variant, config)
     batch = 64
     q, a = torch.randint(1, 5000, (batch, length)), torch.randint(1, 5000, (batch, length))
@@ -132,10 +134,12 @@ def _dynsan_case(variant: str, length: int):
 
 
 BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
-VARIANTS = {"ggsa": ("group", "global-sdpa", "global-textbook"),
-            "ctrn": ("ctrn", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
-            "forget-mult": ("c-kernel", "torch-loop", "autograd-loop"),
-            "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm")}
+VARIANTS = {
+    "ggsa": ("group", "global-sdpa", "global-textbook"),
+    "ctrn": ("ctrn", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
+    "forget-mult": ("c-kernel", "torch-loop", "autograd-loop"),
+    "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm"),
+}
 
 
 def _rss_mb() -> float:
@@ -168,8 +172,15 @@ def _run_case(family: str, variant: str, length: int, threads: int, repeats: int
         step().backward()
         seconds.append(time.perf_counter() - started)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
-    return {"family": family, "variant": variant, "length": length, **extra, "seconds": min(seconds),
-            "peak_mb": round(peak - before, 1), "saved_for_backward_mb": round(saved / 2**20, 1)}
+    return {
+        "family": family,
+        "variant": variant,
+        "length": length,
+        **extra,
+        "seconds": min(seconds),
+        "peak_mb": round(peak - before, 1),
+        "saved_for_backward_mb": round(saved / 2**20, 1),
+    }
 
 
 def run_case(family, variant, length, threads, repeats) -> dict:
@@ -204,15 +215,15 @@ def _forget_mult_bandwidth(cases, length) -> float | None:
 
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
-            "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
+    "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
     "ctrn": "CTRN's recurrence is a C kernel (qa_models/forget_mult.c, one pass over memory per direction); what "
-            "is left is its convolutional gates and two cells per text against oneDNN's fused LSTM/GRU; on a GPU "
-            "the paper's 4x needs the recurrence as one CUDA kernel (here the torch loop runs there)",
+    "is left is its convolutional gates and two cells per text against oneDNN's fused LSTM/GRU; on a GPU "
+    "the paper's 4x needs the recurrence as one CUDA kernel (here the torch loop runs there)",
     "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
-                   "two, nine passes over memory with two multiply-adds per element (see "
-                   "forget_mult_c_traffic_gb_per_s)",
+    "two, nine passes over memory with two multiply-adds per element (see "
+    "forget_mult_c_traffic_gb_per_s)",
     "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
-              "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
+    "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
 }
 
 
@@ -221,15 +232,23 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one length per family (L = 1000, 400, 4096), one repeat")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per case")
     p.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3; 1 with --quick)")
-    p.add_argument("--lengths", action="append", default=[], metavar="FAMILY=L1,L2,...",
-                   help="sequence lengths of one family (ggsa, ctrn, forget-mult, dynsan) in place of its defaults; "
-                        "repeatable (experiments/results.py plots time and memory against these)")
+    p.add_argument(
+        "--lengths",
+        action="append",
+        default=[],
+        metavar="FAMILY=L1,L2,...",
+        help="sequence lengths of one family (ggsa, ctrn, forget-mult, dynsan) in place of its defaults; "
+        "repeatable (experiments/results.py plots time and memory against these)",
+    )
     p.add_argument("--families", default="ggsa,ctrn,forget-mult,dynsan", help="families to run, comma-separated")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    lengths = QUICK if args.quick else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "forget-mult": CTRN_LENGTHS,
-                                        "dynsan": DYNSAN_LENGTHS}
+    lengths = (
+        QUICK
+        if args.quick
+        else {"ggsa": GGSA_LENGTHS, "ctrn": CTRN_LENGTHS, "forget-mult": CTRN_LENGTHS, "dynsan": DYNSAN_LENGTHS}
+    )
     lengths = dict(lengths)
     for option in args.lengths:
         family, _, values = option.partition("=")
@@ -248,9 +267,12 @@ def main(argv=None) -> int:
                     continue
                 case = run_case(family, variant, length, args.threads, repeats)
                 cases.append(case)
-                print(f"{family:11s} {variant:16s} L={length:5d} batch={case['batch']:3d}  "
-                      f"{case['seconds'] * 1000:9.1f} ms"
-                      f"  peak {case['peak_mb']:8.1f} MB  saved {case['saved_for_backward_mb']:8.1f} MB", flush=True)
+                print(
+                    f"{family:11s} {variant:16s} L={length:5d} batch={case['batch']:3d}  "
+                    f"{case['seconds'] * 1000:9.1f} ms"
+                    f"  peak {case['peak_mb']:8.1f} MB  saved {case['saved_for_backward_mb']:8.1f} MB",
+                    flush=True,
+                )
     result = {
         "ggsa_vs_global_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-sdpa"),
         "ggsa_vs_global_textbook_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-textbook"),
@@ -266,12 +288,20 @@ def main(argv=None) -> int:
         "dynsan_vs_full_textbook_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook"),
         "dynsan_vs_full_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook", "peak_mb"),
         "dynsan_vs_full_sdpa_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa", "peak_mb"),
-        "dynsan_vs_full_saved_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook",
-                                                   "saved_for_backward_mb"),
+        "dynsan_vs_full_saved_ratio_L4096": _ratio(
+            cases, "dynsan", 4096, "dynsa", "full-textbook", "saved_for_backward_mb"
+        ),
         "bounds": BOUNDS,
-        "machine": {"cpus": os.cpu_count(), "threads": args.threads, "processor": platform.processor() or
-                    platform.machine(), "device": "cpu"},
-        "quick": args.quick, "repeats": repeats, "seconds": round(time.time() - started, 1), "cases": cases,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "processor": platform.processor() or platform.machine(),
+            "device": "cpu",
+        },
+        "quick": args.quick,
+        "repeats": repeats,
+        "seconds": round(time.time() - started, 1),
+        "cases": cases,
     }
     for family, why in BOUNDS.items():
         print(f"bound ({family}): {why}")

@@ -17,6 +17,7 @@ checkpoint. The last line is one JSON object (also written to --json, default be
 `reference` and one entry per failure with `steps`, `resumed_from_step`, `wall_s`, `lost_s`, `identical_weights`
 and `max_abs_weight_difference`.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,14 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import signal
+import tempfile
+import threading
+import time
 
-from bench.report import write_result  # noqa: E402
+from bench.report import write_result
 
 FAILURES = ("kill-worker", "remove-node")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,8 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--failures", default=",".join(FAILURES), help=f"comma-separated, of {', '.join(FAILURES)}")
     p.add_argument("--storage-path", default=None, help="runs go here (default: a temporary folder)")
     p.add_argument("--verbose", action="store_true", help="show the training workers' logs")
-    p.add_argument("--json", default=os.path.join(REPO, "bench", "fault_tolerance.json"),
-                   help="where to write the figures")
+    p.add_argument(
+        "--json", default=os.path.join(REPO, "bench", "fault_tolerance.json"), help="where to write the figures"
+    )
     return p.parse_args(argv)
 
 
@@ -175,23 +177,42 @@ def main(argv=None) -> int:
         cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=args.verbose)
     _log(f"cluster of {len(cluster.list_all_nodes())} nodes; runs under {storage}")
-    results: dict = {"model": args.model, "max_steps": args.max_steps, "checkpoint_every": args.checkpoint_every,
-                     "num_workers": args.num_workers, "nodes": len(cluster.list_all_nodes())}
+    results: dict = {
+        "model": args.model,
+        "max_steps": args.max_steps,
+        "checkpoint_every": args.checkpoint_every,
+        "num_workers": args.num_workers,
+        "nodes": len(cluster.list_all_nodes()),
+    }
     try:
         reference = None
         for failure in ["none"] + failures:
-            cfg = TrainConfig(model=args.model, data=args.data, storage_path=storage, name=failure,
-                              max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-                              batch_size=args.batch_size, dim=args.dim, num_workers=args.num_workers,
-                              cpus_per_worker=1, max_failures=2, log_every=max(1, args.max_steps // 10), seed=0)
+            cfg = TrainConfig(
+                model=args.model,
+                data=args.data,
+                storage_path=storage,
+                name=failure,
+                max_steps=args.max_steps,
+                checkpoint_every=args.checkpoint_every,
+                batch_size=args.batch_size,
+                dim=args.dim,
+                num_workers=args.num_workers,
+                cpus_per_worker=1,
+                max_failures=2,
+                log_every=max(1, args.max_steps // 10),
+                seed=0,
+            )
             injector = Injector(failure, os.path.join(storage, failure), cluster) if failure != "none" else None
             if injector:
                 injector.start()
             started = time.time()
             summary = run(cfg)
             wall = time.time() - started
-            entry = {"steps": summary["steps"], "resumed_from_step": summary["resumed_from_step"],
-                     "wall_s": round(wall, 2)}
+            entry = {
+                "steps": summary["steps"],
+                "resumed_from_step": summary["resumed_from_step"],
+                "wall_s": round(wall, 2),
+            }
             weights = final_weights(summary)
             if reference is None:
                 reference = (weights, wall)

@@ -5,6 +5,7 @@
 Prints documents per second on one core for each, their ratio, and whether both give the same words; the
 last line is one JSON object (also written to --json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,14 @@ from bench.report import write_result
 from crawl.dump import iter_posts
 from pipelines.text import html_to_text
 
-DEFAULT_DUMP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data",
-                            "stackexchange_dump_beer", "Posts.xml.gz")
+DEFAULT_DUMP = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "..",
+    "shared",
+    "data",
+    "stackexchange_dump_beer",
+    "Posts.xml.gz",
+)
 
 
 def soup_text(html: str) -> str:
@@ -52,11 +59,18 @@ def main(argv=None) -> int:
     soup_rate = rate(soup_text, bodies, args.repeat)
     # Same visible characters, whitespace aside (the two place line breaks differently).
     same = sum("".join(html_to_text(b).split()) == "".join(soup_text(b).split()) for b in bodies) / len(bodies)
-    result = {"documents": len(bodies), "mean_kb": round(mean_kb, 2), "lxml_docs_per_s": round(lxml_rate),
-              "beautifulsoup_docs_per_s": round(soup_rate), "lxml_vs_beautifulsoup": round(lxml_rate / soup_rate, 1),
-              "same_text_share": round(same, 3)}
-    print(f"{len(bodies)} bodies, {mean_kb:.1f} KB mean: lxml.html {lxml_rate:,.0f}/s, BeautifulSoup "
-          f"{soup_rate:,.0f}/s ({result['lxml_vs_beautifulsoup']}x); same text in {same:.1%} of bodies")
+    result = {
+        "documents": len(bodies),
+        "mean_kb": round(mean_kb, 2),
+        "lxml_docs_per_s": round(lxml_rate),
+        "beautifulsoup_docs_per_s": round(soup_rate),
+        "lxml_vs_beautifulsoup": round(lxml_rate / soup_rate, 1),
+        "same_text_share": round(same, 3),
+    }
+    print(
+        f"{len(bodies)} bodies, {mean_kb:.1f} KB mean: lxml.html {lxml_rate:,.0f}/s, BeautifulSoup "
+        f"{soup_rate:,.0f}/s ({result['lxml_vs_beautifulsoup']}x); same text in {same:.1%} of bodies"
+    )
     write_result(result, args.json)
     return 0
 

@@ -1,4 +1,5 @@
 """What every benchmark ends with: its figures written to a JSON file and printed as the last line."""
+
 from __future__ import annotations
 
 import json

@@ -35,6 +35,7 @@ the largest size's peak heaps by the smallest's, both ways. Prints a table; the 
 has `posts_per_s_per_core`, `peak_rss_mb` per size, `stage_profile`, `stage1_vs_single_process` and
 `per_core_vs_released`, and the last line printed holds the ratios alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import ClassVar
 from xml.sax.saxutils import quoteattr
 
 if __package__ in (None, ""):
@@ -57,8 +59,8 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-from bench.report import write_result  # noqa: E402
-from runtime.ray_env import WORKER_ENV, local_ray_env  # noqa: E402
+from bench.report import write_result
+from runtime.ray_env import WORKER_ENV, local_ray_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
@@ -125,8 +127,13 @@ class PeakMemory:
     workers are started by exec, not forked, so their anonymous pages are their own and RssAnon is their
     anonymous PSS."""
 
-    FIELDS = {"Pss:": "pss", "Pss_Anon:": "anon", "Pss_Shmem:": "shmem", "Private_Clean:": "uss",
-              "Private_Dirty:": "uss"}
+    FIELDS: ClassVar[dict[str, str]] = {
+        "Pss:": "pss",
+        "Pss_Anon:": "anon",
+        "Pss_Shmem:": "shmem",
+        "Private_Clean:": "uss",
+        "Private_Dirty:": "uss",
+    }
 
     def __init__(self, interval: float = 0.5, full_every: int = 4):
         import psutil
@@ -192,8 +199,15 @@ class PeakMemory:
         self.peak_working_heap = max(self.peak_working_heap, working)
         if heap > self.peak_heap:
             # how many processes of each name: idle workers add up, and their number is what grows
-            self.peak_heap, self.heap_at_peak = heap, self._top(
-                {f"{name} x{processes[name]}" if processes[name] > 1 else name: n for name, n in heap_by_name.items()})
+            self.peak_heap, self.heap_at_peak = (
+                heap,
+                self._top(
+                    {
+                        f"{name} x{processes[name]}" if processes[name] > 1 else name: n
+                        for name, n in heap_by_name.items()
+                    }
+                ),
+            )
         if full:
             self.peak_private = max(self.peak_private, totals["uss"])
             self.peak_store = max(self.peak_store, totals["shmem"])
@@ -334,8 +348,9 @@ def in_fresh_process(target, *args) -> tuple[int, dict | None]:
 def run_baseline(name: str, path: str, out_dir: str) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     code, result = in_fresh_process(_baseline_child, name, path, out_dir)
-    return result if code == 0 else {"seconds": None, "peak_mb": None,
-                                     "error": f"exit code {code} (killed for memory?)"}
+    return (
+        result if code == 0 else {"seconds": None, "peak_mb": None, "error": f"exit code {code} (killed for memory?)"}
+    )
 
 
 # ------------------------------------------------------------------------------------ first stage, no Ray
@@ -343,7 +358,7 @@ def _single_process_child(path: str, language_chars: int | None, queue) -> None:
     """Ray's first stage (a byte range read into tables, then `PostAnalysis`: HTML to text, language ID, the
     thread key) over the whole file in this one process, each step timed on its own."""
     from crawl.dump import iter_post_range_tables
-    from pipelines.stackexchangeqa import PostAnalysis, _thread_key, clean_text
+    from pipelines.stackexchangeqa.posts import PostAnalysis, clean_text, thread_key
 
     analysis = PostAnalysis(language_chars=language_chars)
     seconds = {"read": 0.0, "text": 0.0, "language": 0.0, "thread key": 0.0}
@@ -360,7 +375,7 @@ def _single_process_child(path: str, language_chars: int | None, queue) -> None:
         t2 = time.perf_counter()
         table = analysis.language(table)
         t3 = time.perf_counter()
-        _thread_key(table)
+        thread_key(table)
         seconds["thread key"] += time.perf_counter() - t3
         seconds["text"] += t2 - t1
         seconds["language"] += t3 - t2
@@ -392,46 +407,65 @@ def stage_profile(ours: dict, single: dict, posts: int, cpus: int) -> dict:
             continue
         profile[stage] = {"us_per_post": round(seconds * cpus / posts * 1e6, 1), "share": round(seconds / wall, 3)}
     other = wall - sum(ours["stage_seconds"].values())
-    profile["other (start-up, staging)"] = {"us_per_post": round(other * cpus / posts * 1e6, 1),
-                                            "share": round(other / wall, 3)}
+    profile["other (start-up, staging)"] = {
+        "us_per_post": round(other * cpus / posts * 1e6, 1),
+        "share": round(other / wall, 3),
+    }
     first = profile.get("read, text, language")
     if first and single["seconds"] > 0:
         for step, seconds in single["step_seconds"].items():
             part = seconds / single["seconds"]
-            profile[f"  {step}"] = {"us_per_post": round(first["us_per_post"] * part, 1),
-                                    "share": round(first["share"] * part, 3),
-                                    "one_process_us_per_post": round(seconds / single["posts"] * 1e6, 1)}
+            profile[f"  {step}"] = {
+                "us_per_post": round(first["us_per_post"] * part, 1),
+                "share": round(first["share"] * part, 3),
+                "one_process_us_per_post": round(seconds / single["posts"] * 1e6, 1),
+            }
     return profile
 
 
 # ------------------------------------------------------------------------------------------------- ours
-def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, options: dict,
-                queue) -> None:
+def _ours_child(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, options: dict, queue) -> None:
     import logging
 
     import ray
     from ray.data import DataContext
 
-    from runtime.ray_env import init_local_ray
     from pipelines.stackexchangeqa import BuildConfig, write
+    from runtime.ray_env import init_local_ray
 
     with PeakMemory() as memory:
-        init_local_ray(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                       object_store_memory=int(object_store_gb * 2**30))
+        init_local_ray(
+            num_cpus=cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            object_store_memory=int(object_store_gb * 2**30),
+        )
         DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # execution plans: the bench prints its own lines
         started = time.perf_counter()
-        stats = write(BuildConfig(dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1,
-                                  dedup=dedup, **options))
+        stats = write(
+            BuildConfig(
+                dumps=[path], sites=["bench.stackexchange.com"], output=out_dir, negatives=1, dedup=dedup, **options
+            )
+        )
         seconds = time.perf_counter() - started
         ray.shutdown()
-    queue.put({"seconds": seconds, "peak_mb": memory.peak / 2**20, "peak_private_mb": memory.peak_private / 2**20,
-               "peak_heap_mb": memory.peak_heap / 2**20, "peak_store_mb": memory.peak_store / 2**20,
-               "peak_working_heap_mb": memory.peak_working_heap / 2**20,
-               "peak_by_process_mb": memory.at_peak, "heap_peak_by_process_mb": memory.heap_at_peak,
-               "pairs": stats["pairs"]["total"],
-               "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
-               "stage_seconds": stats["stage_seconds"]})
+    queue.put(
+        {
+            "seconds": seconds,
+            "peak_mb": memory.peak / 2**20,
+            "peak_private_mb": memory.peak_private / 2**20,
+            "peak_heap_mb": memory.peak_heap / 2**20,
+            "peak_store_mb": memory.peak_store / 2**20,
+            "peak_working_heap_mb": memory.peak_working_heap / 2**20,
+            "peak_by_process_mb": memory.at_peak,
+            "heap_peak_by_process_mb": memory.heap_at_peak,
+            "pairs": stats["pairs"]["total"],
+            "duplicates": stats["answers"]["dropped"].get("answer_duplicate", 0),
+            "stage_seconds": stats["stage_seconds"],
+        }
+    )
 
 
 def run_ours(path: str, out_dir: str, cpus: int, object_store_gb: float, dedup: str, options: dict) -> dict:
@@ -448,16 +482,25 @@ def main(argv=None) -> int:
     p.add_argument("--dump", default=DEFAULT_DUMP, help="the real dump to resample")
     p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 2, help="CPUs for our Ray build")
     p.add_argument("--object-store-gb", type=float, default=2.0, help="Ray object store cap (spills beyond it)")
-    p.add_argument("--baselines", default="released,regex",
-                   help="comma-separated references to time in the same run: released (the GSAMN paper's script, "
-                        "as published), regex (a faster shortcut); empty for none")
+    p.add_argument(
+        "--baselines",
+        default="released,regex",
+        help="comma-separated references to time in the same run: released (the GSAMN paper's script, "
+        "as published), regex (a faster shortcut); empty for none",
+    )
     p.add_argument("--no-baseline", action="store_true", help="same as --baselines ''")
-    p.add_argument("--no-single-process", action="store_true",
-                   help="skip the first stage's functions run in one process (no stage split, no "
-                        "stage1_vs_single_process)")
-    p.add_argument("--dedup", choices=("off", "exact", "near"), default="off",
-                   help="our near-duplicate stage; off by default because the baselines have none and a resampled "
-                        "dump is duplicates by construction (with near, almost every copy is removed)")
+    p.add_argument(
+        "--no-single-process",
+        action="store_true",
+        help="skip the first stage's functions run in one process (no stage split, no stage1_vs_single_process)",
+    )
+    p.add_argument(
+        "--dedup",
+        choices=("off", "exact", "near"),
+        default="off",
+        help="our near-duplicate stage; off by default because the baselines have none and a resampled "
+        "dump is duplicates by construction (with near, almost every copy is removed)",
+    )
     p.add_argument("--language-chars", type=int, default=200, help="our build's --language-chars (0: whole text)")
     p.add_argument("--read-range-mb", type=int, default=16, help="our build's --read-range-mb")
     p.add_argument("--partition-mb", type=int, default=32, help="our build's --partition-mb")
@@ -471,11 +514,15 @@ def main(argv=None) -> int:
         p.error(f"unknown baselines {sorted(unknown)}; choose from {sorted(BASELINES)}")
     language_chars = args.language_chars or None
     cpus = args.num_cpus
-    results = {"machine": {"cpus": os.cpu_count(), "num_cpus_used": cpus, "object_store_gb": args.object_store_gb},
-               "dedup": args.dedup, "language_chars": language_chars, "read_range_mb": args.read_range_mb,
-               "partition_mb": args.partition_mb,
-               "worker_env": {k: os.environ.get(k, v) for k, v in {**WORKER_ENV, **local_ray_env(cpus)}.items()},
-               "sizes": {}}
+    results = {
+        "machine": {"cpus": os.cpu_count(), "num_cpus_used": cpus, "object_store_gb": args.object_store_gb},
+        "dedup": args.dedup,
+        "language_chars": language_chars,
+        "read_range_mb": args.read_range_mb,
+        "partition_mb": args.partition_mb,
+        "worker_env": {k: os.environ.get(k, v) for k, v in {**WORKER_ENV, **local_ray_env(cpus)}.items()},
+        "sizes": {},
+    }
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
@@ -484,17 +531,32 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             n = generate_dump(args.dump, size, dump)
             mb = os.path.getsize(dump) / 2**20
-            print(f"generated {n:,} posts ({mb:,.0f} MB of XML) in {time.perf_counter() - started:.0f} s",
-                  flush=True)
-            ours = run_ours(dump, os.path.join(work, f"ours-{size}"), cpus, args.object_store_gb, args.dedup,
-                            {"read_range_mb": args.read_range_mb, "partition_mb": args.partition_mb,
-                             "language_chars": language_chars})
-            entry = {"posts": n, "xml_mb": round(mb, 1), "ours": ours,
-                     "ours_posts_per_s_per_core": n / ours["seconds"] / cpus}
-            print(f"  ours      {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
-                  f"peak {ours['peak_mb']:8,.0f} MB (heaps {ours['peak_heap_mb']:,.0f} MB, of working processes "
-                  f"{ours['peak_working_heap_mb']:,.0f} MB, object store "
-                  f"{ours['peak_store_mb']:,.0f} MB, private {ours['peak_private_mb']:,.0f} MB)", flush=True)
+            print(f"generated {n:,} posts ({mb:,.0f} MB of XML) in {time.perf_counter() - started:.0f} s", flush=True)
+            ours = run_ours(
+                dump,
+                os.path.join(work, f"ours-{size}"),
+                cpus,
+                args.object_store_gb,
+                args.dedup,
+                {
+                    "read_range_mb": args.read_range_mb,
+                    "partition_mb": args.partition_mb,
+                    "language_chars": language_chars,
+                },
+            )
+            entry = {
+                "posts": n,
+                "xml_mb": round(mb, 1),
+                "ours": ours,
+                "ours_posts_per_s_per_core": n / ours["seconds"] / cpus,
+            }
+            print(
+                f"  ours      {ours['seconds']:8.1f} s  {entry['ours_posts_per_s_per_core']:9,.0f} posts/s/core  "
+                f"peak {ours['peak_mb']:8,.0f} MB (heaps {ours['peak_heap_mb']:,.0f} MB, of working processes "
+                f"{ours['peak_working_heap_mb']:,.0f} MB, object store "
+                f"{ours['peak_store_mb']:,.0f} MB, private {ours['peak_private_mb']:,.0f} MB)",
+                flush=True,
+            )
             print(f"            at the peak (MB): {ours['peak_by_process_mb']}", flush=True)
             print(f"            at the heap peak (MB): {ours['heap_peak_by_process_mb']}", flush=True)
             if not args.no_single_process:
@@ -504,15 +566,22 @@ def main(argv=None) -> int:
                 single_rate = single["posts"] / single["seconds"]
                 entry["stage1_vs_single_process"] = (n / first / cpus) / single_rate if first else None
                 entry["stage_profile"] = stage_profile(ours, single, n, cpus)
-                print(f"  first stage in one process, no Ray: {single_rate:,.0f} posts/s; in Ray "
-                      f"{n / first / cpus:,.0f} posts/s per core -> stage1_vs_single_process "
-                      f"{entry['stage1_vs_single_process']:.2f}", flush=True)
+                print(
+                    f"  first stage in one process, no Ray: {single_rate:,.0f} posts/s; in Ray "
+                    f"{n / first / cpus:,.0f} posts/s per core -> stage1_vs_single_process "
+                    f"{entry['stage1_vs_single_process']:.2f}",
+                    flush=True,
+                )
                 print("  stage profile (us of the build's CPUs per post, share of the wall time):", flush=True)
                 for stage, figures in entry["stage_profile"].items():
-                    alone = (f"  (one process: {figures['one_process_us_per_post']:,.1f} us)"
-                             if "one_process_us_per_post" in figures else "")
-                    print(f"    {stage:<28} {figures['us_per_post']:9,.1f} us  {figures['share']:6.1%}{alone}",
-                          flush=True)
+                    alone = (
+                        f"  (one process: {figures['one_process_us_per_post']:,.1f} us)"
+                        if "one_process_us_per_post" in figures
+                        else ""
+                    )
+                    print(
+                        f"    {stage:<28} {figures['us_per_post']:9,.1f} us  {figures['share']:6.1%}{alone}", flush=True
+                    )
             for name in baselines:
                 base = run_baseline(name, dump, os.path.join(work, f"{name}-{size}"))
                 entry[name] = base
@@ -520,39 +589,59 @@ def main(argv=None) -> int:
                     rate = n / base["seconds"]
                     entry[f"{name}_posts_per_s"] = rate
                     entry[f"per_core_vs_{name}"] = entry["ours_posts_per_s_per_core"] / rate
-                    print(f"  {name:<9} {base['seconds']:8.1f} s  {rate:9,.0f} posts/s (1 core)  peak "
-                          f"{base['peak_mb']:8,.0f} MB  -> ours per core is {entry[f'per_core_vs_{name}']:.2f}x",
-                          flush=True)
+                    print(
+                        f"  {name:<9} {base['seconds']:8.1f} s  {rate:9,.0f} posts/s (1 core)  peak "
+                        f"{base['peak_mb']:8,.0f} MB  -> ours per core is {entry[f'per_core_vs_{name}']:.2f}x",
+                        flush=True,
+                    )
                 else:
                     print(f"  {name} failed: {base.get('error')}", flush=True)
             results["sizes"][str(n)] = entry
             os.unlink(dump)
     largest = results["sizes"][str(max(int(k) for k in results["sizes"]))]
     smallest = results["sizes"][str(min(int(k) for k in results["sizes"]))]
-    rounded = lambda value, digits=2: round(value, digits) if value is not None else None  # noqa: E731
+
+    def rounded(value, digits=2):
+        return round(value, digits) if value is not None else None
+
     summary = {
         "posts_per_s_per_core": {k: round(v["ours_posts_per_s_per_core"], 1) for k, v in results["sizes"].items()},
-        "peak_rss_mb": {k: {"ours": round(v["ours"]["peak_mb"], 1),
-                            "ours_private": round(v["ours"]["peak_private_mb"], 1),
-                            "ours_heaps": round(v["ours"]["peak_heap_mb"], 1),
-                            "ours_heaps_working": round(v["ours"]["peak_working_heap_mb"], 1),
-                            "ours_object_store": round(v["ours"]["peak_store_mb"], 1),
-                            **{name: rounded(v.get(name, {}).get("peak_mb"), 1) for name in baselines}}
-                        for k, v in results["sizes"].items()},
+        "peak_rss_mb": {
+            k: {
+                "ours": round(v["ours"]["peak_mb"], 1),
+                "ours_private": round(v["ours"]["peak_private_mb"], 1),
+                "ours_heaps": round(v["ours"]["peak_heap_mb"], 1),
+                "ours_heaps_working": round(v["ours"]["peak_working_heap_mb"], 1),
+                "ours_object_store": round(v["ours"]["peak_store_mb"], 1),
+                **{name: rounded(v.get(name, {}).get("peak_mb"), 1) for name in baselines},
+            }
+            for k, v in results["sizes"].items()
+        },
         "stage_profile": largest.get("stage_profile"),
         "stage1_vs_single_process": rounded(largest.get("stage1_vs_single_process")),
         **{f"per_core_vs_{name}": rounded(largest.get(f"per_core_vs_{name}")) for name in baselines},
         # Does memory grow with the input? The largest size's peak heaps over the smallest's: of every process,
         # and of the working ones (without idle Ray workers, whose number at the peak varies from run to run).
-        "heaps_largest_vs_smallest": None if largest is smallest else {
+        "heaps_largest_vs_smallest": None
+        if largest is smallest
+        else {
             "all": rounded(largest["ours"]["peak_heap_mb"] / smallest["ours"]["peak_heap_mb"]),
-            "working": rounded(largest["ours"]["peak_working_heap_mb"] / smallest["ours"]["peak_working_heap_mb"])},
+            "working": rounded(largest["ours"]["peak_working_heap_mb"] / smallest["ours"]["peak_working_heap_mb"]),
+        },
         "details": results,
     }
     write_result(summary, args.json)
     # The figures a check reads, last, on one line.
-    print(json.dumps({k: summary[k] for k in summary if k.startswith("per_core_vs") or k in (
-        "stage1_vs_single_process", "posts_per_s_per_core", "heaps_largest_vs_smallest")}))
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in summary
+                if k.startswith("per_core_vs")
+                or k in ("stage1_vs_single_process", "posts_per_s_per_core", "heaps_largest_vs_smallest")
+            }
+        )
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ beside the rate; it is a fixed cost of seconds, not a per-token one. The last li
 `stage_vs_raw_spacy` (stage tokens/s per core on one CPU, start-up included, over raw spaCy's) and
 `stage_vs_raw_spacy_after_startup`, also written to --json.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,13 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import argparse  # noqa: E402
-import multiprocessing  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import multiprocessing
+import shutil
+import tempfile
+import time
 
-from bench.report import write_result  # noqa: E402
+from bench.report import write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_WIKIQA = os.path.join(REPO, "..", "shared", "data", "wikiqa")
@@ -54,11 +55,17 @@ def corpus(wikiqa: str, tokens: int):
     tables, texts = [], []
     for k in range(copies):
         mark = f" copy{k}"
-        tables.append(pa.table({
-            "qid": [f"{q}-{k}" for q in base.column("qid").to_pylist()], "question": [q + mark for q in
-                                                                                      base.column("question").to_pylist()],
-            "aid": [f"{a}-{k}" for a in base.column("aid").to_pylist()], "answer": [a + mark for a in answers],
-            "label": base.column("label")}))
+        tables.append(
+            pa.table(
+                {
+                    "qid": [f"{q}-{k}" for q in base.column("qid").to_pylist()],
+                    "question": [q + mark for q in base.column("question").to_pylist()],
+                    "aid": [f"{a}-{k}" for a in base.column("aid").to_pylist()],
+                    "answer": [a + mark for a in answers],
+                    "label": base.column("label"),
+                }
+            )
+        )
         texts += [q + mark for q in questions] + [a + mark for a in answers]
     return pa.concat_tables(tables), texts, per_copy * copies
 
@@ -90,10 +97,10 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
     from ray.data import ActorPoolStrategy, DataContext
 
     from bench.stackexchangeqa import PeakMemory
-    from runtime.ray_env import init_local_ray
     from pipelines.shards import write_shards
     from pipelines.tokenize import SpacyTokenizer, ToIds, TokenizeConfig, count_tokens
     from pipelines.vocabulary import build_vocabulary
+    from runtime.ray_env import init_local_ray
 
     table = pq.read_table(table_path)
     with PeakMemory() as memory:
@@ -104,9 +111,16 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
 
         def run(blocks):
             started = time.perf_counter()
-            done = ray.data.from_arrow(blocks).map_batches(
-                SpacyTokenizer, batch_format="pyarrow", batch_size=1024,
-                compute=ActorPoolStrategy(min_size=cpus, max_size=cpus)).materialize()
+            done = (
+                ray.data.from_arrow(blocks)
+                .map_batches(
+                    SpacyTokenizer,
+                    batch_format="pyarrow",
+                    batch_size=1024,
+                    compute=ActorPoolStrategy(min_size=cpus, max_size=cpus),
+                )
+                .materialize()
+            )
             return done, time.perf_counter() - started
 
         # Start-up: a fresh pool (new actor processes importing spaCy) on one block per actor.
@@ -114,8 +128,12 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
         tokenised, stage_seconds = run(blocks)
         cfg = TokenizeConfig(dataset="bench", input="", output=out_dir)
         vocab = build_vocabulary(tokenised, cfg, count_tokens)
-        ids = tokenised.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
-                                    compute=ActorPoolStrategy(min_size=1, max_size=cpus)).materialize()
+        ids = tokenised.map_batches(
+            ToIds,
+            batch_format="pyarrow",
+            fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
+            compute=ActorPoolStrategy(min_size=1, max_size=cpus),
+        ).materialize()
         started = time.perf_counter()
         files = write_shards(ids, out_dir, "train", cfg)
         write_seconds = time.perf_counter() - started
@@ -126,14 +144,23 @@ def _stage_child(table_path: str, cpus: int, out_dir: str, queue) -> None:
             rows += batch.num_rows
         read_seconds = time.perf_counter() - started
         ray.shutdown()
-    queue.put({"cpus": cpus, "stage_seconds": round(stage_seconds, 2), "startup_seconds": round(startup_seconds, 2),
-               "rows": table.num_rows,
-               "shards": len(files), "shard_mb": round(written / 2**20, 1),
-               "write_mb_per_s": round(written / 2**20 / write_seconds, 1),
-               "write_rows_per_s": round(table.num_rows / write_seconds),
-               "read_rows_per_s": round(rows / read_seconds), "read_mb_per_s": round(written / 2**20 / read_seconds, 1),
-               "peak_mb": round(memory.peak / 2**20), "peak_heap_mb": round(memory.peak_heap / 2**20),
-               "peak_store_mb": round(memory.peak_store / 2**20)})
+    queue.put(
+        {
+            "cpus": cpus,
+            "stage_seconds": round(stage_seconds, 2),
+            "startup_seconds": round(startup_seconds, 2),
+            "rows": table.num_rows,
+            "shards": len(files),
+            "shard_mb": round(written / 2**20, 1),
+            "write_mb_per_s": round(written / 2**20 / write_seconds, 1),
+            "write_rows_per_s": round(table.num_rows / write_seconds),
+            "read_rows_per_s": round(rows / read_seconds),
+            "read_mb_per_s": round(written / 2**20 / read_seconds, 1),
+            "peak_mb": round(memory.peak / 2**20),
+            "peak_heap_mb": round(memory.peak_heap / 2**20),
+            "peak_store_mb": round(memory.peak_store / 2**20),
+        }
+    )
 
 
 def stage(table_path: str, cpus: int) -> dict:
@@ -179,18 +206,26 @@ def main(argv=None) -> int:
             steady = raw["tokens"] / max(1e-9, run["stage_seconds"] - run["startup_seconds"]) / cpus
             run["vs_raw_spacy_per_core_after_startup"] = round(steady / raw["tokens_per_s"], 2)
             runs.append(run)
-            print(f"stage on {cpus} CPU(s): {run['tokens_per_s']:,} tokens/s, {run['tokens_per_s_per_core']:,} per "
-                  f"core ({run['vs_raw_spacy_per_core']}x raw spaCy per core; "
-                  f"{run['vs_raw_spacy_per_core_after_startup']}x without the {run['startup_seconds']} s start-up of "
-                  f"a fresh actor pool), {run['stage_seconds']} s; shards "
-                  f"{run['shard_mb']} MB written at {run['write_mb_per_s']} MB/s, read back at "
-                  f"{run['read_rows_per_s']:,} rows/s; peak {run['peak_mb']:,} MB (heaps {run['peak_heap_mb']:,}, "
-                  f"object store {run['peak_store_mb']:,})", flush=True)
+            print(
+                f"stage on {cpus} CPU(s): {run['tokens_per_s']:,} tokens/s, {run['tokens_per_s_per_core']:,} per "
+                f"core ({run['vs_raw_spacy_per_core']}x raw spaCy per core; "
+                f"{run['vs_raw_spacy_per_core_after_startup']}x without the {run['startup_seconds']} s start-up of "
+                f"a fresh actor pool), {run['stage_seconds']} s; shards "
+                f"{run['shard_mb']} MB written at {run['write_mb_per_s']} MB/s, read back at "
+                f"{run['read_rows_per_s']:,} rows/s; peak {run['peak_mb']:,} MB (heaps {run['peak_heap_mb']:,}, "
+                f"object store {run['peak_store_mb']:,})",
+                flush=True,
+            )
     one = next((r for r in runs if r["cpus"] == 1), runs[0])
-    result = {"corpus": "WikiQA (all original pairs) replicated", "pairs": table.num_rows, "tokens": raw["tokens"],
-              "raw_spacy_tokens_per_s": raw["tokens_per_s"], "stage": runs,
-              "stage_vs_raw_spacy": one["vs_raw_spacy_per_core"],
-              "stage_vs_raw_spacy_after_startup": one["vs_raw_spacy_per_core_after_startup"]}
+    result = {
+        "corpus": "WikiQA (all original pairs) replicated",
+        "pairs": table.num_rows,
+        "tokens": raw["tokens"],
+        "raw_spacy_tokens_per_s": raw["tokens_per_s"],
+        "stage": runs,
+        "stage_vs_raw_spacy": one["vs_raw_spacy_per_core"],
+        "stage_vs_raw_spacy_after_startup": one["vs_raw_spacy_per_core_after_startup"],
+    }
     if len(runs) > 1:
         result["scaling"] = {f"{r['cpus']}_cpus_vs_1": round(r["tokens_per_s"] / one["tokens_per_s"], 2) for r in runs}
     write_result(result, args.json)

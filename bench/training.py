@@ -25,6 +25,7 @@ size, seconds and MB/s each way.
 The last line is one JSON object (also written to --json, default bench/training.json): `throughput` per model
 and setting, `padding`, `checkpoints`.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,14 +35,14 @@ if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard lib
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import logging
+import platform
+import tempfile
+import time
 
-from bench.report import write_result  # noqa: E402
+from bench.report import write_result
 
 DEFAULT_MODELS = ("gsamn", "ggsa", "ctrn", "iarnn-gate", "qa-lstm")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,11 +68,11 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
     """Examples per second of a single-process loop: the Batcher, forward, loss, backward, AdamW step."""
     import torch
 
+    from pipelines.shards import shard_paths
     from training.config import data_fields
     from training.data import Batcher
     from training.models import build_model
     from training.rows import epoch_batches, row_groups, worker_rows
-    from pipelines.shards import shard_paths
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
@@ -83,8 +84,9 @@ def plain_loop(cfg, manifest: dict, steps: int, threads: int) -> dict:
     model.train()
     started, timed_from, done, epoch = time.time(), None, 0, 0
     while done <= steps:
-        for _, batch in epoch_batches(groups, start, stop, cfg, epoch, 0, batcher.length_key,
-                                      group="qid" if batcher.pairwise else None):
+        for _, batch in epoch_batches(
+            groups, start, stop, cfg, epoch, 0, batcher.length_key, group="qid" if batcher.pairwise else None
+        ):
             inputs, labels = batcher(batch, train=True)
             loss = model.loss(model(**inputs), labels)
             loss.backward()
@@ -108,10 +110,14 @@ def ray_run(cfg, workers: int, storage: str) -> dict:
     from training.trainer import run
 
     started = time.time()
-    summary = run(replace(cfg, num_workers=workers, cpus_per_worker=1, storage_path=storage,
-                          name=f"{cfg.model}-{workers}"))
-    return {"examples_per_s": round(summary["examples_per_s"], 1), "wall_s": round(time.time() - started, 2),
-            "steps": summary["steps"]}
+    summary = run(
+        replace(cfg, num_workers=workers, cpus_per_worker=1, storage_path=storage, name=f"{cfg.model}-{workers}")
+    )
+    return {
+        "examples_per_s": round(summary["examples_per_s"], 1),
+        "wall_s": round(time.time() - started, 2),
+        "steps": summary["steps"],
+    }
 
 
 def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]:
@@ -120,10 +126,10 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
     length buckets and with --length-buckets N: what bucketing saves before any model runs."""
     import numpy as np
 
+    from pipelines.shards import shard_paths
     from training.config import TrainConfig
     from training.data import Batcher, row_lengths
     from training.rows import epoch_batches, row_groups
-    from pipelines.shards import shard_paths
 
     groups = row_groups(shard_paths(data, "train")[0])
     total = sum(rows for *_, rows in groups)
@@ -142,8 +148,9 @@ def padding_shares(data: str, batch_size: int, windows: list[int]) -> list[dict]
                 lengths = np.minimum(row_lengths(batch[column]), 256)
                 real["separate"] += int(lengths.sum())
                 padded["separate"] += int(lengths.max()) * len(lengths)
-        rows.append({"length_buckets": window,
-                     **{f"{k}_padding_share": round(1 - real[k] / padded[k], 3) for k in real}})
+        rows.append(
+            {"length_buckets": window, **{f"{k}_padding_share": round(1 - real[k] / padded[k], 3) for k in real}}
+        )
         _log(f"padding: {json.dumps(rows[-1])}")
     return rows
 
@@ -180,9 +187,18 @@ def checkpoint_costs(dims: list[int], vocab_size: int, folder: str) -> list[dict
         restored = time.perf_counter() - started
         megabytes = os.path.getsize(path) / 1e6
         parameters = sum(p.numel() for p in model.parameters())
-        rows.append({"model": "gsamn", "dim": dim, "parameters": parameters, "mb": round(megabytes, 1),
-                     "save_s": round(saved, 3), "restore_s": round(restored, 3),
-                     "save_mb_per_s": round(megabytes / saved, 1), "restore_mb_per_s": round(megabytes / restored, 1)})
+        rows.append(
+            {
+                "model": "gsamn",
+                "dim": dim,
+                "parameters": parameters,
+                "mb": round(megabytes, 1),
+                "save_s": round(saved, 3),
+                "restore_s": round(restored, 3),
+                "save_mb_per_s": round(megabytes / saved, 1),
+                "restore_mb_per_s": round(megabytes / restored, 1),
+            }
+        )
         _log(f"checkpoint gsamn dim {dim}: {json.dumps(rows[-1])}")
         os.remove(path)
     return rows
@@ -205,33 +221,39 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    from qa_models import MODELS
     from runtime.ray_env import init_local_ray
     from training.config import TrainConfig
     from training.data import read_manifest
-    from qa_models import MODELS
 
-    models = [m for m in MODELS if MODELS[m].inputs != "passages"] if args.models == "all" else \
-        args.models.split(",")
+    models = [m for m in MODELS if MODELS[m].inputs != "passages"] if args.models == "all" else args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise SystemExit(f"--models: unknown {', '.join(unknown)}")
     workers = [int(w) for w in args.workers.split(",")]
     cores = os.cpu_count() or 1
     folder = tempfile.mkdtemp(prefix="bench-training-")
-    init_local_ray(num_cpus=max(workers) + 1, include_dashboard=False, logging_level=logging.WARNING,
-                   log_to_driver=False)
+    init_local_ray(
+        num_cpus=max(workers) + 1, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False
+    )
     from ray.data import DataContext
 
     DataContext.get_current().enable_progress_bars = False
     data = args.data or tokenised_wikiqa(folder)
     manifest = read_manifest(data)
-    result = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": cores,
-                          "torch": torch.__version__},
-              "data": data, "train_rows": manifest["splits"]["train"]["rows"], "dim": args.dim,
-              "batch_size": args.batch_size, "steps": args.steps, "throughput": {}}
+    result = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": cores, "torch": torch.__version__},
+        "data": data,
+        "train_rows": manifest["splits"]["train"]["rows"],
+        "dim": args.dim,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "throughput": {},
+    }
     for model in models:
-        cfg = TrainConfig(model=model, data=data, dim=args.dim, batch_size=args.batch_size,
-                          max_steps=args.steps + 1, seed=0)
+        cfg = TrainConfig(
+            model=model, data=data, dim=args.dim, batch_size=args.batch_size, max_steps=args.steps + 1, seed=0
+        )
         figures = {"plain-1-thread": plain_loop(cfg, manifest, args.steps, 1)}
         if cores > 1:
             figures[f"plain-{cores}-threads"] = plain_loop(cfg, manifest, args.steps, cores)
@@ -241,8 +263,10 @@ def main(argv=None) -> int:
         for entry in figures.values():
             entry["vs_plain_1_thread"] = round(entry["examples_per_s"] / base, 2)
         result["throughput"][model] = figures
-        _log(f"{model}: " + "  ".join(f"{k} {v['examples_per_s']} ex/s ({v['vs_plain_1_thread']}x)"
-                                      for k, v in figures.items()))
+        _log(
+            f"{model}: "
+            + "  ".join(f"{k} {v['examples_per_s']} ex/s ({v['vs_plain_1_thread']}x)" for k, v in figures.items())
+        )
     result["padding"] = padding_shares(data, args.batch_size, [0, 8, 32])
     dims = [int(d) for d in args.checkpoint_dims.split(",") if d]
     result["checkpoints"] = checkpoint_costs(dims, manifest.get("vocab_size", 0), folder)

@@ -12,14 +12,15 @@ that embeds `answers` in questions saves those calls and is used as given. Bodie
 or, with some filters, as entity-escaped Markdown (`body_markdown`), turned into simple HTML here so later
 stages see one format.
 """
+
 from __future__ import annotations
 
 import html
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterator
+from datetime import UTC, datetime
 
 from crawl.http import Fetcher, host_of
 
@@ -51,7 +52,7 @@ class QuotaExhausted(RuntimeError):
 def iso_date(epoch) -> str:
     if epoch in (None, ""):
         return ""
-    return datetime.fromtimestamp(int(epoch), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return datetime.fromtimestamp(int(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 _FENCE = re.compile(r"^(```|~~~)")
@@ -62,7 +63,10 @@ def markdown_to_html(markdown: str) -> str:
     """Entity-escaped Markdown (the API's `body_markdown`) to simple HTML: code blocks (indented or fenced)
     become `<pre><code>`, other blocks `<p>`, links keep their text. Enough for text extraction."""
     text = html.unescape(markdown or "").replace("\r\n", "\n").replace("\r", "\n")
-    blocks, paragraph, code, fenced = [], [], [], False
+    blocks: list[str] = []
+    paragraph: list[str] = []
+    code: list[str] = []
+    fenced = False
 
     def flush_paragraph():
         if paragraph:
@@ -112,14 +116,22 @@ def _owner(item: dict) -> dict:
     Display names come HTML-escaped; deleted users have a name but no `user_id`."""
     owner = item.get("owner") or {}
     user_id = owner.get("user_id")
-    return {"author_id": int(user_id) if user_id is not None else None,
-            "author": html.unescape(owner.get("display_name", ""))}
+    return {
+        "author_id": int(user_id) if user_id is not None else None,
+        "author": html.unescape(owner.get("display_name", "")),
+    }
 
 
 def answer_record(item: dict) -> dict:
-    return {"id": int(item["answer_id"]), "body": _body(item), "score": int(item.get("score", 0)),
-            "accepted": bool(item.get("is_accepted", False)), "creation_date": iso_date(item.get("creation_date")),
-            "licence": item.get("content_license", ""), **_owner(item)}
+    return {
+        "id": int(item["answer_id"]),
+        "body": _body(item),
+        "score": int(item.get("score", 0)),
+        "accepted": bool(item.get("is_accepted", False)),
+        "creation_date": iso_date(item.get("creation_date")),
+        "licence": item.get("content_license", ""),
+        **_owner(item),
+    }
 
 
 def question_record(item: dict, site: str) -> dict:
@@ -167,8 +179,14 @@ class ApiClient:
             params["key"] = self.cfg.key
         limit_key = f"{self.host}/{method}"
         for _ in range(self.cfg.throttle_retries + 1):
-            result = self.fetcher.get(self.cfg.base_url + path, params, limit_key=limit_key, check_robots=False,
-                                      cache_errors=False, validate=_json_problem)
+            result = self.fetcher.get(
+                self.cfg.base_url + path,
+                params,
+                limit_key=limit_key,
+                check_robots=False,
+                cache_errors=False,
+                validate=_json_problem,
+            )
             try:
                 data = result.json() if result.body else None
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -186,8 +204,10 @@ class ApiClient:
                 self.fetcher.limiter.hold(limit_key, float(wait.group(1)) if wait else 30.0)
                 continue
             if isinstance(data, dict) and "error_id" in data:
-                return None, (f"{result.url}: API error {data['error_id']} {data.get('error_name', '')}: "
-                              f"{data.get('error_message', '')}")
+                return None, (
+                    f"{result.url}: API error {data['error_id']} {data.get('error_name', '')}: "
+                    f"{data.get('error_message', '')}"
+                )
             if result.ok:
                 return None, f"{result.url}: response has no 'items'"
             return None, f"{result.url}: {result.reason or 'HTTP ' + str(result.status)}"
@@ -199,9 +219,18 @@ class ApiClient:
         ids = ";".join(str(i) for i in sorted(by_id))
         page = 1
         while ids:
-            data, reason = self.call("questions/answers", f"/questions/{ids}/answers",
-                                     {"site": site, "filter": self.cfg.filter, "pagesize": 100, "page": page,
-                                      "sort": "creation", "order": "asc"})
+            data, reason = self.call(
+                "questions/answers",
+                f"/questions/{ids}/answers",
+                {
+                    "site": site,
+                    "filter": self.cfg.filter,
+                    "pagesize": 100,
+                    "page": page,
+                    "sort": "creation",
+                    "order": "asc",
+                },
+            )
             if data is None:
                 failures.append({"url": f"{self.cfg.base_url}/questions/{ids}/answers", "reason": reason})
                 for record in records:  # answers unknown: the questions cannot be judged, so drop them
@@ -223,29 +252,51 @@ class ApiClient:
         """(records, failures) per page of questions, until `has_more` is false, the page limit, or quota 0."""
         page = 1
         while self.cfg.max_pages is None or page <= self.cfg.max_pages:
-            data, reason = self.call("questions", "/questions",
-                                     {"site": site, "filter": self.cfg.filter, "pagesize": self.cfg.page_size,
-                                      "page": page, "sort": "creation", "order": "asc",
-                                      "fromdate": self.cfg.fromdate, "todate": self.cfg.todate})
+            data, reason = self.call(
+                "questions",
+                "/questions",
+                {
+                    "site": site,
+                    "filter": self.cfg.filter,
+                    "pagesize": self.cfg.page_size,
+                    "page": page,
+                    "sort": "creation",
+                    "order": "asc",
+                    "fromdate": self.cfg.fromdate,
+                    "todate": self.cfg.todate,
+                },
+            )
             if data is None:
                 yield [], [{"url": f"{self.cfg.base_url}/questions?site={site}&page={page}", "reason": reason}]
                 return
             records = [question_record(item, site) for item in data["items"]]
             failures = []
             embedded = any("answers" in item for item in data["items"])
-            wants_answers = [r for r, item in zip(records, data["items"])
-                             if not embedded and item.get("answer_count", 1) > 0]
+            wants_answers = [
+                r for r, item in zip(records, data["items"]) if not embedded and item.get("answer_count", 1) > 0
+            ]
             if wants_answers and not self._quota_spent():
                 failures = self._attach_answers(site, wants_answers)
             elif wants_answers:
-                failures = [{"url": f"{self.cfg.base_url}/questions/answers?site={site}",
-                             "reason": "quota exhausted before answers were fetched"}]
+                failures = [
+                    {
+                        "url": f"{self.cfg.base_url}/questions/answers?site={site}",
+                        "reason": "quota exhausted before answers were fetched",
+                    }
+                ]
                 for record in wants_answers:
                     record["answers_failed"] = True
             yield [r for r in records if not r.get("answers_failed")], failures
             if self._quota_spent():
-                yield [], [{"url": f"{self.cfg.base_url}/questions?site={site}&page={page + 1}",
-                            "reason": "quota_remaining reached 0: stopped (resume tomorrow; cached pages are kept)"}]
+                yield (
+                    [],
+                    [
+                        {
+                            "url": f"{self.cfg.base_url}/questions?site={site}&page={page + 1}",
+                            "reason": "quota_remaining reached 0: stopped (resume tomorrow; cached pages are kept)",
+                        }
+                    ],
+                )
                 return
             if not data.get("has_more"):
                 return

@@ -7,6 +7,7 @@ so a killed download resumes from the bytes it has (`Range: bytes=N-`) and a bad
 the final name. Mirrors such as archive.org redirect to their own storage hosts: redirects are followed only
 within the mirror's domain.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,7 +46,7 @@ def parse_sites_xml(path: str, include_meta: bool = False) -> list[str]:
         for _, row in etree.iterparse(path, tag="row"):
             url = row.get("Url") or ""
             host = host_of(url) or (url.split("//")[-1].strip("/") if url else "")
-            if host and (include_meta or ".meta." not in f".{host}" and not host.startswith("meta.")):
+            if host and (include_meta or (".meta." not in f".{host}" and not host.startswith("meta."))):
                 hosts.append(host)
             row.clear()
     except etree.XMLSyntaxError as err:
@@ -140,8 +141,10 @@ class Downloader:
                 raise DownloadError(f"{url}: checksum mismatch for {name}: expected {expected}, got {kind}:{got}")
             os.replace(partial, target)
             return target
-        raise DownloadError(f"{url}: {reason} after {self.cfg.max_retries + 1} attempts "
-                            f"({os.path.getsize(partial) if os.path.exists(partial) else 0:,} bytes kept for resume)")
+        raise DownloadError(
+            f"{url}: {reason} after {self.cfg.max_retries + 1} attempts "
+            f"({os.path.getsize(partial) if os.path.exists(partial) else 0:,} bytes kept for resume)"
+        )
 
     @staticmethod
     def _matches(path: str, expected: str) -> bool:
@@ -153,8 +156,9 @@ class Downloader:
         have = os.path.getsize(partial) if os.path.exists(partial) else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         for _ in range(10):
-            response = self.session.get(url, headers=headers, stream=True, timeout=self.cfg.timeout,
-                                        allow_redirects=False)
+            response = self.session.get(
+                url, headers=headers, stream=True, timeout=self.cfg.timeout, allow_redirects=False
+            )
             if response.is_redirect:
                 target = urljoin(url, response.headers.get("Location", ""))
                 response.close()
@@ -218,13 +222,15 @@ def download_sites(sites: list[str], cfg: DownloadConfig, parallel: int = 2, log
         downloader = Downloader(cfg)
         path = downloader.site_archive(site)
         size = os.path.getsize(path)
-        log(f"download {archive_name(site)}: {size / 1e6:,.1f} MB in {time.time() - started:.1f} s"
-            + (f" ({downloader.resumed_bytes / 1e6:,.1f} MB resumed)" if downloader.resumed_bytes else ""))
+        log(
+            f"download {archive_name(site)}: {size / 1e6:,.1f} MB in {time.time() - started:.1f} s"
+            + (f" ({downloader.resumed_bytes / 1e6:,.1f} MB resumed)" if downloader.resumed_bytes else "")
+        )
         return path
 
     paths, errors = [], []
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        for site, future in [(s, pool.submit(one, s)) for s in sites]:
+        for future in [pool.submit(one, s) for s in sites]:
             try:
                 paths.append(future.result())
             except DownloadError as err:

@@ -5,13 +5,14 @@ carry a UTF-8 BOM and CRLF line ends, omit optional attributes instead of leavin
 either as `<a><b>` (dumps before 2023) or `|a|b|` (later dumps). `iter_posts` parses incrementally with
 lxml and frees each row as soon as it is read, so memory does not grow with the file.
 """
+
 from __future__ import annotations
 
 import gzip
 import os
 import re
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -88,7 +89,7 @@ def site_name(path: str) -> str:
     if base.endswith(".7z"):
         return site_host(base[: -len(".7z")].split("-")[0])  # stackoverflow.com-Posts.7z -> stackoverflow.com
     folder = os.path.basename(os.path.dirname(path))
-    return site_host(folder[len("stackexchange_dump_"):] if folder.startswith("stackexchange_dump_") else folder)
+    return site_host(folder[len("stackexchange_dump_") :] if folder.startswith("stackexchange_dump_") else folder)
 
 
 SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
@@ -161,7 +162,7 @@ def _int(attrs, name: str, default: int | None, path: str, where: str) -> int | 
 def _post(attrs, site: str, path: str, line: int, where: str) -> dict:
     """One `<row>`'s attributes as a POSTS row; `where` ("line 12", "byte 4096") places errors."""
     post_id = _int(attrs, "Id", -1, path, where)
-    if post_id < 0:
+    if post_id is None or post_id < 0:
         raise DumpError(f"{path}: {where}: row without an Id attribute")
     return {
         "site": site,
@@ -200,7 +201,9 @@ def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
                 if not seen_root:
                     seen_root = True
                     if elem.tag != "posts":
-                        raise DumpError(f"{path}: line {elem.sourceline}: root element is <{elem.tag}>, expected <posts>")
+                        raise DumpError(
+                            f"{path}: line {elem.sourceline}: root element is <{elem.tag}>, expected <posts>"
+                        )
                 continue
             if elem.tag != "row":
                 continue
@@ -268,8 +271,12 @@ def line_per_row(path: str) -> bool:
         lines = lines[:-1]  # the last line may be cut by the probe
     rows = [line.strip() for line in lines if b"<row" in line]
     root = re.search(rb"<(?!\?)(?!!)([A-Za-z_][\w.-]*)", head)
-    return bool(rows) and root is not None and root.group(1) == b"posts" and all(
-        row.startswith(b"<row") and row.endswith(b"/>") for row in rows)
+    return (
+        bool(rows)
+        and root is not None
+        and root.group(1) == b"posts"
+        and all(row.startswith(b"<row") and row.endswith(b"/>") for row in rows)
+    )
 
 
 def byte_ranges(path: str, range_bytes: int) -> list[tuple[int, int]]:
@@ -325,8 +332,20 @@ def _range_lines(path: str, start: int, end: int) -> tuple[bytes, int]:
     return data, first
 
 
-_ATTRIBUTES = ("Id", "PostTypeId", "ParentId", "AcceptedAnswerId", "Score", "OwnerUserId", "Title", "Body", "Tags",
-               "CreationDate", "ContentLicense", "OwnerDisplayName")
+_ATTRIBUTES = (
+    "Id",
+    "PostTypeId",
+    "ParentId",
+    "AcceptedAnswerId",
+    "Score",
+    "OwnerUserId",
+    "Title",
+    "Body",
+    "Tags",
+    "CreationDate",
+    "ContentLicense",
+    "OwnerDisplayName",
+)
 _ROWS_PARSER = etree.XMLParser(huge_tree=True, resolve_entities=False)
 
 
@@ -340,7 +359,7 @@ def _integers(values: list, default: int | None, type_: pa.DataType) -> pa.Array
 def _rows_table(rows: list[bytes], site: str, path: str) -> pa.Table:
     """POSTS rows for whole `<row .../>` lines, parsed in one lxml call and converted column by column."""
     root = etree.fromstring(b"<posts>" + b"\n".join(rows) + b"</posts>", _ROWS_PARSER)
-    columns = {name: [] for name in _ATTRIBUTES}
+    columns: dict[str, list] = {name: [] for name in _ATTRIBUTES}
     appends = list(columns.items())
     count = 0
     for row in root:
@@ -355,30 +374,39 @@ def _rows_table(rows: list[bytes], site: str, path: str) -> pa.Table:
     ids = _integers(columns["Id"], None, pa.int64())
     if ids.null_count:
         raise ValueError("a row without an Id")
-    text = lambda name: pc.fill_null(pa.array(columns[name], pa.string()), "")  # noqa: E731
+
+    def text(name):
+        return pc.fill_null(pa.array(columns[name], pa.string()), "")
+
     dates = columns["CreationDate"]
-    return pa.table({
-        "site": pa.array([site] * count, pa.string()),
-        "id": ids,
-        "post_type": _integers(columns["PostTypeId"], 0, pa.int8()),
-        "parent_id": _integers(columns["ParentId"], -1, pa.int64()),
-        "accepted_answer_id": _integers(columns["AcceptedAnswerId"], -1, pa.int64()),
-        "score": _integers(columns["Score"], 0, pa.int32()),
-        "title": text("Title"),
-        "body": text("Body"),
-        "tags": pa.array([parse_tags(t) for t in columns["Tags"]], pa.list_(pa.string())),
-        "creation_date": text("CreationDate"),
-        "line": pa.array(np.full(count, -1, dtype=np.int64)),
-        "origin": pa.array([path] * count, pa.string()),
-        "licence": pa.array([licence_for(d or "", c) for d, c in zip(dates, columns["ContentLicense"])], pa.string()),
-        "failure": pa.array([""] * count, pa.string()),
-        "author_id": _integers(columns["OwnerUserId"], None, pa.int64()),
-        "author": text("OwnerDisplayName"),
-    }, schema=POSTS)
+    return pa.table(
+        {
+            "site": pa.array([site] * count, pa.string()),
+            "id": ids,
+            "post_type": _integers(columns["PostTypeId"], 0, pa.int8()),
+            "parent_id": _integers(columns["ParentId"], -1, pa.int64()),
+            "accepted_answer_id": _integers(columns["AcceptedAnswerId"], -1, pa.int64()),
+            "score": _integers(columns["Score"], 0, pa.int32()),
+            "title": text("Title"),
+            "body": text("Body"),
+            "tags": pa.array([parse_tags(t) for t in columns["Tags"]], pa.list_(pa.string())),
+            "creation_date": text("CreationDate"),
+            "line": pa.array(np.full(count, -1, dtype=np.int64)),
+            "origin": pa.array([path] * count, pa.string()),
+            "licence": pa.array(
+                [licence_for(d or "", c) for d, c in zip(dates, columns["ContentLicense"])], pa.string()
+            ),
+            "failure": pa.array([""] * count, pa.string()),
+            "author_id": _integers(columns["OwnerUserId"], None, pa.int64()),
+            "author": text("OwnerDisplayName"),
+        },
+        schema=POSTS,
+    )
 
 
-def iter_post_range_tables(path: str, start: int, end: int, site: str | None = None,
-                           rows_per_table: int = 4096) -> Iterator[pa.Table]:
+def iter_post_range_tables(
+    path: str, start: int, end: int, site: str | None = None, rows_per_table: int = 4096
+) -> Iterator[pa.Table]:
     """The rows of `iter_posts_range` as tables of at most `rows_per_table` rows, each table's lines parsed in
     one lxml call and converted column by column (a third less time a post than a parse and a dict per row).
     A table whose lines are not plain official rows (an empty or non-numeric attribute, a malformed line) is
@@ -406,9 +434,14 @@ def _table_or_rows(rows: list[bytes], site: str, path: str, start: int, end: int
         return pa.Table.from_pylist(list(iter_posts_range(path, start, end, site)), schema=POSTS)
 
 
-
-def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_per_block: int = 4096,
-                  max_range_bytes: int = 64 << 20, min_range_bytes: int = 8 << 20, pieces_wanted: int | None = None):
+def posts_dataset(
+    paths: list[str],
+    sites: list[str | None] | None = None,
+    rows_per_block: int = 4096,
+    max_range_bytes: int = 64 << 20,
+    min_range_bytes: int = 8 << 20,
+    pieces_wanted: int | None = None,
+):
     """A `ray.data.Dataset` of POSTS rows read from `paths`.
 
     A plain, line-per-row Posts.xml is cut into byte ranges read by parallel tasks: at most `max_range_bytes`
@@ -449,8 +482,14 @@ def posts_dataset(paths: list[str], sites: list[str | None] | None = None, rows_
             for path, site, start, end in pieces:
                 size = (end if end is not None else os.path.getsize(path)) - start
                 meta = BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(path,))
-                tasks.append(ReadTask(lambda p=path, s=site, a=start, b=end: read(p, s, a, b), meta, schema=POSTS,
-                                      per_task_row_limit=per_task_row_limit))
+                tasks.append(
+                    ReadTask(
+                        lambda p=path, s=site, a=start, b=end: read(p, s, a, b),
+                        meta,
+                        schema=POSTS,
+                        per_task_row_limit=per_task_row_limit,
+                    )
+                )
             return tasks
 
         def get_name(self):

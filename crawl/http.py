@@ -11,6 +11,7 @@ Transient failures (429, 5xx, resets, timeouts, truncated bodies) are retried wi
 full jitter; a URL that still fails comes back as a `FetchResult` with its reason, for the caller to
 record. Cache paths are made from hashes only: nothing a server sends decides where a file is written.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -103,16 +104,30 @@ class ResponseCache:
             return None
         if hashlib.sha256(body).hexdigest() != entry["sha256"]:
             return None  # a damaged blob is fetched again rather than trusted
-        return FetchResult(url=entry["url"], ok=entry["ok"], status=entry["status"], body=body,
-                           reason=entry.get("reason", ""), from_cache=True, content_type=entry.get("content_type", ""))
+        return FetchResult(
+            url=entry["url"],
+            ok=entry["ok"],
+            status=entry["status"],
+            body=body,
+            reason=entry.get("reason", ""),
+            from_cache=True,
+            content_type=entry.get("content_type", ""),
+        )
 
     def put(self, result: FetchResult) -> None:
         digest = hashlib.sha256(result.body).hexdigest()
         blob = self._path("blobs", digest)
         if not os.path.exists(blob):
             _atomic_write(blob, result.body)
-        entry = {"url": result.url, "ok": result.ok, "status": result.status, "sha256": digest,
-                 "reason": result.reason, "content_type": result.content_type, "fetched_at": time.time()}
+        entry = {
+            "url": result.url,
+            "ok": result.ok,
+            "status": result.status,
+            "sha256": digest,
+            "reason": result.reason,
+            "content_type": result.content_type,
+            "fetched_at": time.time(),
+        }
         _atomic_write(self._path("urls", self.key(result.url), ".json"), json.dumps(entry).encode())
 
     def __contains__(self, url: str) -> bool:
@@ -169,8 +184,15 @@ class Fetcher:
     def allowed(self, url: str) -> bool:
         return host_of(url) in self.cfg.allowed_hosts
 
-    def get(self, url: str, params: dict | None = None, limit_key: str | None = None,
-            check_robots: bool = True, cache_errors: bool = True, validate=None) -> FetchResult:
+    def get(
+        self,
+        url: str,
+        params: dict | None = None,
+        limit_key: str | None = None,
+        check_robots: bool = True,
+        cache_errors: bool = True,
+        validate=None,
+    ) -> FetchResult:
         """The response for `url` (+ `params`), from the cache when settled before.
 
         `limit_key` names the budget the request counts against (default: its host); robots.txt is
@@ -262,12 +284,18 @@ class Fetcher:
                     self.limiter.hold(limit_key, min(retry_after, self.cfg.backoff_max * 10))
                 reason = f"HTTP {status}" + (f" (Retry-After {retry_after:g} s)" if retry_after else "")
                 continue
-            return FetchResult(shown, False, status, body, reason=f"HTTP {status}", attempts=attempt + 1,
-                               content_type=content_type)
+            return FetchResult(
+                shown, False, status, body, reason=f"HTTP {status}", attempts=attempt + 1, content_type=content_type
+            )
         if 200 <= status < 300:
             status = 0  # the body was never usable: not a success, and not a settled error either
-        return FetchResult(shown, False, status, reason=f"{reason} after {self.cfg.max_retries + 1} attempts",
-                           attempts=self.cfg.max_retries + 1)
+        return FetchResult(
+            shown,
+            False,
+            status,
+            reason=f"{reason} after {self.cfg.max_retries + 1} attempts",
+            attempts=self.cfg.max_retries + 1,
+        )
 
     def _send(self, url: str, check_robots: bool = False):
         """One GET, following redirects only to allowed hosts and, with `check_robots`, only where robots.txt
@@ -278,8 +306,10 @@ class Fetcher:
                 target = urljoin(url, response.headers.get("Location", ""))
                 response.close()
                 if not self.allowed(target):
-                    raise _Refused(f"refused: redirect from {public_url(url)} to {host_of(target) or target!r}, "
-                                   "not an allowed host")
+                    raise _Refused(
+                        f"refused: redirect from {public_url(url)} to {host_of(target) or target!r}, "
+                        "not an allowed host"
+                    )
                 verdict = self._robots_verdict(target) if check_robots else ""
                 if verdict:
                     raise _Refused(f"refused: redirect from {public_url(url)} to {public_url(target)}: {verdict}")
@@ -316,8 +346,14 @@ def _retry_after(value: str | None) -> float:
 
 def _short(err: Exception) -> str:
     text = str(err)
-    for marker in ("Connection reset", "Connection refused", "Connection aborted", "IncompleteRead",
-                   "Remote end closed", "Read timed out"):
+    for marker in (
+        "Connection reset",
+        "Connection refused",
+        "Connection aborted",
+        "IncompleteRead",
+        "Remote end closed",
+        "Read timed out",
+    ):
         if marker in text:
             return marker
     return text[:120]

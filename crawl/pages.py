@@ -11,12 +11,13 @@ Selectors are scoped to `#question` and `#answers`: pages also link to many unre
 Long threads spread answers over pages (`?page=2&tab=votes`); `crawl_question` follows the answer pager on the
 same host and merges the pages.
 """
+
 from __future__ import annotations
 
 import re
 from urllib.parse import urljoin, urlsplit
 
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, Tag
 
 from crawl.http import Fetcher, host_of
 
@@ -69,8 +70,9 @@ def _author(container, question: bool) -> dict:
     a name and no profile link (id None)."""
     details = container.select_one(".user-details[itemprop=author]")
     if details is None:
-        signatures = container.select(".post-signature.owner .user-details" if question else
-                                      ".post-signature .user-details")
+        signatures = container.select(
+            ".post-signature.owner .user-details" if question else ".post-signature .user-details"
+        )
         details = signatures[-1] if signatures else None
     if details is None:
         return {"author_id": None, "author": ""}
@@ -82,6 +84,13 @@ def _author(container, question: bool) -> dict:
         name = next((s.strip() for s in details.stripped_strings), "")
     match = _USER_PATH.search(link["href"]) if link is not None else None
     return {"author_id": int(match.group(1)) if match else None, "author": name}
+
+
+def _attr(tag: Tag | None, name: str) -> str:
+    """A single-valued attribute's text, "" where the tag or the attribute is absent (bs4 types every attribute as
+    possibly multi-valued, as `class` is)."""
+    value = tag.get(name) if tag is not None else None
+    return value if isinstance(value, str) else " ".join(value) if value else ""
 
 
 def parse_question_page(html: str | bytes, url: str) -> dict:
@@ -97,10 +106,11 @@ def parse_question_page(html: str | bytes, url: str) -> dict:
         raise PageParseError(f"{url}: no #question element (not a question page, or a new layout)")
     answers_section = soup.select_one("#answers")
     canonical = soup.select_one("link[rel=canonical]")
-    page_url = canonical["href"] if canonical is not None and canonical.get("href") else url
-    qid = question.get("data-questionid") or (_QUESTION_PATH.search(urlsplit(page_url).path) or [None, None])[1]
+    page_url = _attr(canonical, "href") or url
+    qid = _attr(question, "data-questionid") or (_QUESTION_PATH.search(urlsplit(page_url).path) or [None, None])[1]
     if not qid:
         raise PageParseError(f"{url}: no question id (data-questionid or /questions/N in the URL)")
+    question_header = soup.select_one("#question-header")
     header = soup.select_one("#question-header h1")
     if header is not None:
         title = header.get_text(" ", strip=True)
@@ -116,8 +126,10 @@ def parse_question_page(html: str | bytes, url: str) -> dict:
         "title": title,
         "body": body,
         "tags": tags,
-        "creation_date": _created(soup.select_one("#question-header").parent if soup.select_one("#question-header")
-                                  else question, answers_section) or _created(question),
+        "creation_date": _created(
+            question_header.parent or question if question_header is not None else question, answers_section
+        )
+        or _created(question),
         "score": _score(question, url, "the question"),
         "accepted_answer_id": -1,
         **_author(question, question=True),
@@ -131,24 +143,32 @@ def parse_question_page(html: str | bytes, url: str) -> dict:
         return record
     counter = answers_section.select_one("[data-answercount]")
     if counter is not None:
-        record["declared_answers"] = int(counter["data-answercount"])
+        record["declared_answers"] = int(_attr(counter, "data-answercount"))
     for answer in answers_section.select("div.answer"):
-        answer_id = answer.get("data-answerid") or answer.get("id", "").replace("answer-", "")
+        answer_id = _attr(answer, "data-answerid") or _attr(answer, "id").replace("answer-", "")
         if not answer_id.isdigit():
-            raise PageParseError(f"{url}: an answer without a numeric id ({answer.get('id')!r})")
+            raise PageParseError(f"{url}: an answer without a numeric id ({_attr(answer, 'id')!r})")
         accepted = answer.get("itemprop") == "acceptedAnswer" or "accepted-answer" in (answer.get("class") or [])
         what = f"answer {answer_id}"
-        record["answers"].append({"id": int(answer_id), "body": _body(answer, url, what)[0],
-                                  "score": _score(answer, url, what), "accepted": accepted,
-                                  "creation_date": _created(answer), **_author(answer, question=False)})
+        record["answers"].append(
+            {
+                "id": int(answer_id),
+                "body": _body(answer, url, what)[0],
+                "score": _score(answer, url, what),
+                "accepted": accepted,
+                "creation_date": _created(answer),
+                **_author(answer, question=False),
+            }
+        )
         if accepted:
             record["accepted_answer_id"] = int(answer_id)
     pager = answers_section.select_one(".pager-answers")
     if pager is not None:
         nxt = pager.select_one("a[rel=next]") or next(
-            (a for a in pager.select("a[href]") if a.get_text(strip=True).lower() == "next"), None)
-        if nxt is not None and nxt.get("href"):
-            record["next_page"] = urljoin(url, nxt["href"]).split("#", 1)[0]
+            (a for a in pager.select("a[href]") if a.get_text(strip=True).lower() == "next"), None
+        )
+        if _attr(nxt, "href"):
+            record["next_page"] = urljoin(url, _attr(nxt, "href")).split("#", 1)[0]
     return record
 
 

@@ -9,6 +9,7 @@ On a cluster the schedule lives in one named Ray actor (`RateLimiterActor`), so 
 workers of all nodes, not per worker; `SharedLimiter` is the client tasks carry. `LocalLimiter` is the same
 schedule in-process, for use without Ray.
 """
+
 from __future__ import annotations
 
 import threading

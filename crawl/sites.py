@@ -2,11 +2,18 @@
 (`beer.stackexchange.com`, `stackoverflow.com`, `pt.stackoverflow.com`): the split of a question hashes
 (site, question id), so a question must get the same site name from a dump, the API and a page.
 """
+
 from __future__ import annotations
 
 # api_site_parameter of the sites whose host is not <name>.stackexchange.com
-_OWN_DOMAINS = {"stackoverflow": "stackoverflow.com", "superuser": "superuser.com", "serverfault": "serverfault.com",
-                "askubuntu": "askubuntu.com", "mathoverflow": "mathoverflow.net", "stackapps": "stackapps.com"}
+_OWN_DOMAINS = {
+    "stackoverflow": "stackoverflow.com",
+    "superuser": "superuser.com",
+    "serverfault": "serverfault.com",
+    "askubuntu": "askubuntu.com",
+    "mathoverflow": "mathoverflow.net",
+    "stackapps": "stackapps.com",
+}
 
 
 def site_host(name: str) -> str:

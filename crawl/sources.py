@@ -9,10 +9,12 @@ workers and nodes; every response goes through the content-addressed cache in `c
 crawl re-run re-parses what it has and fetches only what it lacks. A URL that yields no posts becomes one
 FETCH_FAILED row with its reason: failures travel with the data into the funnel instead of vanishing.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -23,32 +25,74 @@ from crawl.pages import crawl_question
 from crawl.sites import api_site, site_host
 from runtime.errors import scrub
 
+
 def record_to_posts(record: dict, origin: str) -> list[dict]:
     """A crawl record (question with answers) as POSTS rows: the question, then its answers."""
     site, qid = record["site"], record["question_id"]
-    question = {"site": site, "id": qid, "post_type": QUESTION, "parent_id": -1,
-                "accepted_answer_id": record.get("accepted_answer_id", -1), "score": record.get("score", 0),
-                "title": record.get("title", ""), "body": record.get("body", ""), "tags": record.get("tags", []),
-                "creation_date": record.get("creation_date", ""), "line": -1, "origin": origin,
-                "licence": licence_for(record.get("creation_date", ""), record.get("licence")), "failure": "",
-                "author_id": record.get("author_id"), "author": record.get("author", "")}
+    question = {
+        "site": site,
+        "id": qid,
+        "post_type": QUESTION,
+        "parent_id": -1,
+        "accepted_answer_id": record.get("accepted_answer_id", -1),
+        "score": record.get("score", 0),
+        "title": record.get("title", ""),
+        "body": record.get("body", ""),
+        "tags": record.get("tags", []),
+        "creation_date": record.get("creation_date", ""),
+        "line": -1,
+        "origin": origin,
+        "licence": licence_for(record.get("creation_date", ""), record.get("licence")),
+        "failure": "",
+        "author_id": record.get("author_id"),
+        "author": record.get("author", ""),
+    }
     rows = [question]
     for answer in record.get("answers", []):
-        rows.append({"site": site, "id": answer["id"], "post_type": ANSWER, "parent_id": qid,
-                     "accepted_answer_id": -1, "score": answer.get("score", 0), "title": "",
-                     "body": answer.get("body", ""), "tags": [], "creation_date": answer.get("creation_date", ""),
-                     "line": -1, "origin": origin,
-                     "licence": licence_for(answer.get("creation_date", ""), answer.get("licence")), "failure": "",
-                     "author_id": answer.get("author_id"), "author": answer.get("author", "")})
+        rows.append(
+            {
+                "site": site,
+                "id": answer["id"],
+                "post_type": ANSWER,
+                "parent_id": qid,
+                "accepted_answer_id": -1,
+                "score": answer.get("score", 0),
+                "title": "",
+                "body": answer.get("body", ""),
+                "tags": [],
+                "creation_date": answer.get("creation_date", ""),
+                "line": -1,
+                "origin": origin,
+                "licence": licence_for(answer.get("creation_date", ""), answer.get("licence")),
+                "failure": "",
+                "author_id": answer.get("author_id"),
+                "author": answer.get("author", ""),
+            }
+        )
     return rows
 
 
 def failure_row(url: str, reason: str, site: str = "") -> dict:
     """A URL that failed, as a POSTS row; secrets in the URL or the reason are scrubbed (the row reaches
     failures.jsonl and the data card)."""
-    return {"site": site, "id": -1, "post_type": FETCH_FAILED, "parent_id": -1, "accepted_answer_id": -1,
-            "score": 0, "title": "", "body": "", "tags": [], "creation_date": "", "line": -1, "origin": scrub(url),
-            "licence": "", "failure": scrub(reason) or "failed", "author_id": None, "author": ""}
+    return {
+        "site": site,
+        "id": -1,
+        "post_type": FETCH_FAILED,
+        "parent_id": -1,
+        "accepted_answer_id": -1,
+        "score": 0,
+        "title": "",
+        "body": "",
+        "tags": [],
+        "creation_date": "",
+        "line": -1,
+        "origin": scrub(url),
+        "licence": "",
+        "failure": scrub(reason) or "failed",
+        "author_id": None,
+        "author": "",
+    }
 
 
 @dataclass
@@ -69,14 +113,22 @@ class CrawlConfig:
     limiter_name: str = "stackexchange-crawl"
 
     def fetch_config(self, hosts) -> FetchConfig:
-        extra = {"user_agent": self.user_agent} if self.user_agent else {}
+        extra: dict[str, Any] = {"user_agent": self.user_agent} if self.user_agent else {}
         api_host = host_of(self.api.base_url)
-        return FetchConfig(allowed_hosts=tuple(hosts), cache_dir=self.cache_dir,
-                           requests_per_second=self.requests_per_second, max_retries=self.max_retries,
-                           backoff_base=self.backoff_base, timeout=self.timeout,
-                           respect_robots=self.respect_robots,
-                           rates={f"{api_host}/questions": self.api_requests_per_second,
-                                  f"{api_host}/questions/answers": self.api_requests_per_second}, **extra)
+        return FetchConfig(
+            allowed_hosts=tuple(hosts),
+            cache_dir=self.cache_dir,
+            requests_per_second=self.requests_per_second,
+            max_retries=self.max_retries,
+            backoff_base=self.backoff_base,
+            timeout=self.timeout,
+            respect_robots=self.respect_robots,
+            rates={
+                f"{api_host}/questions": self.api_requests_per_second,
+                f"{api_host}/questions/answers": self.api_requests_per_second,
+            },
+            **extra,
+        )
 
 
 class PageCrawlStage:
@@ -133,22 +185,38 @@ def crawled_posts(cfg: CrawlConfig):
     os.makedirs(cfg.cache_dir, exist_ok=True)
     limiter = shared_limiter(cfg.limiter_name, default_rate=cfg.requests_per_second)
     parts = []
-    actor_options = {"num_cpus": 0.25, "compute": ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, cfg.crawlers)),
-                     "batch_format": "pyarrow"}
+    actor_options: dict[str, Any] = {
+        "num_cpus": 0.25,
+        "compute": ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, cfg.crawlers)),
+        "batch_format": "pyarrow",
+    }
     if cfg.api_sites:
         fetch_cfg = cfg.fetch_config([host_of(cfg.api.base_url)])
-        sites = ray.data.from_items([{"site": site_host(s)} for s in dict.fromkeys(cfg.api_sites)],
-                                    override_num_blocks=len(set(cfg.api_sites)))
-        parts.append(sites.map_batches(ApiCrawlStage, batch_size=1, fn_constructor_kwargs={
-            "fetch_cfg": fetch_cfg, "api_cfg": cfg.api, "limiter": limiter}, **actor_options))
+        sites = ray.data.from_items(
+            [{"site": site_host(s)} for s in dict.fromkeys(cfg.api_sites)], override_num_blocks=len(set(cfg.api_sites))
+        )
+        parts.append(
+            sites.map_batches(
+                ApiCrawlStage,
+                batch_size=1,
+                fn_constructor_kwargs={"fetch_cfg": fetch_cfg, "api_cfg": cfg.api, "limiter": limiter},
+                **actor_options,
+            )
+        )
     if cfg.urls:
         hosts = cfg.allowed_hosts or sorted({host_of(u) for u in cfg.urls})
         fetch_cfg = cfg.fetch_config(hosts)
         urls = list(dict.fromkeys(cfg.urls))
         blocks = max(1, min(len(urls), cfg.crawlers * 4))
         table = ray.data.from_items([{"url": u} for u in urls], override_num_blocks=blocks)
-        parts.append(table.map_batches(PageCrawlStage, batch_size=8, fn_constructor_kwargs={
-            "fetch_cfg": fetch_cfg, "limiter": limiter}, **actor_options))
+        parts.append(
+            table.map_batches(
+                PageCrawlStage,
+                batch_size=8,
+                fn_constructor_kwargs={"fetch_cfg": fetch_cfg, "limiter": limiter},
+                **actor_options,
+            )
+        )
     if not parts:
         raise ValueError("nothing to crawl: give API sites or page URLs")
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])

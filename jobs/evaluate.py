@@ -11,6 +11,7 @@ predicted span and its text, the gold answers, EM and F1; for multiple choice th
 The last stdout line is one JSON object: checkpoint, split, metrics (MAP, MRR, P@1; EM, F1; or accuracy, with
 questions), rows, output.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from training.evaluation import EvaluateConfig
 
 
-
 def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (state.pt) or run folder STORAGE/NAME")
@@ -35,24 +35,42 @@ def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
     p.add_argument("--split", default="test", help="split to score (default test)")
     p.add_argument("--output", default=None, help="per-question results as JSON lines")
     p.add_argument("--which", default="best", choices=["best", "latest"], help="checkpoint of a run folder")
-    p.add_argument("--eval-policy", default=None, choices=["clean", "strict", "raw"],
-                   help="questions with no/only positives (default: the run's)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="rows scored at once (default: the run's dev batch size, which reproduces its dev figures "
-                        "exactly; another size pads differently and can move near-tied scores)")
+    p.add_argument(
+        "--eval-policy",
+        default=None,
+        choices=["clean", "strict", "raw"],
+        help="questions with no/only positives (default: the run's)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="rows scored at once (default: the run's dev batch size, which reproduces its dev figures "
+        "exactly; another size pads differently and can move near-tied scores)",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda, cuda:1, ...")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the options, the checkpoint, the data and the output as a run would, print the resolved "
-                        "configuration and exit (2 where the run would be refused)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the options, the checkpoint, the data and the output as a run would, print the resolved "
+        "configuration and exit (2 where the run would be refused)",
+    )
     args = p.parse_args(argv)
     # imported once the arguments parsed: the scoring modules load torch (1.5 s), which --help need not wait for
     from runtime.checks import UsageError
     from training.evaluation import EvaluateConfig
 
     try:
-        cfg = EvaluateConfig(checkpoint=args.checkpoint, data=args.data, split=args.split, output=args.output,
-                             which=args.which, eval_policy=args.eval_policy, batch_size=args.batch_size,
-                             device=args.device)
+        cfg = EvaluateConfig(
+            checkpoint=args.checkpoint,
+            data=args.data,
+            split=args.split,
+            output=args.output,
+            which=args.which,
+            eval_policy=args.eval_policy,
+            batch_size=args.batch_size,
+            device=args.device,
+        )
     except UsageError as error:
         p.error(str(error))
     return cfg, args

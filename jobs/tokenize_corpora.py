@@ -4,7 +4,7 @@
 
 NAME stackexchangeqa reads INPUT/{train,dev,test}/*.parquet as written by jobs/build_stackexchangeqa.py (the
 row counts of the shards checked against its stats.json). The published answer-selection sets are read in
-their own formats by pipelines/readers.py, which prints the split sizes found beside the published ones and
+their own formats by pipelines/readers/, which prints the split sizes found beside the published ones and
 records both in the manifest:
   wikiqa       the WikiQA-{train,dev,test}.tsv folder
   trecqa       jacana TRAIN/DEV/TEST(/TRAIN-ALL).xml, or castorini train/, clean-dev/, raw-test/, ... folders
@@ -26,6 +26,7 @@ trained on that folder) and OUTPUT/manifest.json:
 {"splits": {SPLIT: {"questions": N, "rows": N, "files": [{path, rows, bytes, sha256}]}}, "vocab_sha256": ...,
 "reader": ...}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,61 +42,121 @@ from pipelines.tokenize import TokenizeConfig
 from runtime.checks import UsageError
 from runtime.errors import fail
 
-DATASETS = ("stackexchangeqa", "wikiqa", "trecqa", "insuranceqa", "yahooqa", "semeval-ql", "searchqa", "quasart",
-            "wikihop", "squad")
+DATASETS = (
+    "stackexchangeqa",
+    "wikiqa",
+    "trecqa",
+    "insuranceqa",
+    "yahooqa",
+    "semeval-ql",
+    "searchqa",
+    "quasart",
+    "wikihop",
+    "squad",
+)
 
 
 def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, choices=DATASETS, help="which corpus format --input holds")
     p.add_argument("--input", required=True, help="the corpus folder")
-    p.add_argument("--output", required=True,
-                   help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
-                        "when the new one is complete (a folder that holds an input, or anything else, is refused)")
+    p.add_argument(
+        "--output",
+        required=True,
+        help="output folder: new, empty, or an earlier output of this job, which is replaced atomically "
+        "when the new one is complete (a folder that holds an input, or anything else, is refused)",
+    )
     p.add_argument("--min-count", type=int, default=1, help="tokens seen fewer times in train map to <unk>")
     p.add_argument("--max-vocab", type=int, default=100_000, help="vocabulary size cap, reserved ids included")
-    p.add_argument("--min-char-count", type=int, default=1,
-                   help="characters seen fewer times in train tokens map to <unk> in the character vocabulary")
+    p.add_argument(
+        "--min-char-count",
+        type=int,
+        default=1,
+        help="characters seen fewer times in train tokens map to <unk> in the character vocabulary",
+    )
     p.add_argument("--max-chars", type=int, default=1_000, help="character vocabulary size cap, reserved ids included")
-    p.add_argument("--max-word-chars", type=int, default=16,
-                   help="reading comprehension: characters per token kept in the character ids")
+    p.add_argument(
+        "--max-word-chars",
+        type=int,
+        default=16,
+        help="reading comprehension: characters per token kept in the character ids",
+    )
     p.add_argument("--cased", action="store_true", help="keep case (default: lower-case tokens)")
-    p.add_argument("--raw", action="store_true",
-                   help="published sets: keep every question (default: the papers' clean splits, e.g. WikiQA "
-                        "without questions that have no correct answer, TrecQA dev/test without all-positive or "
-                        "all-negative questions)")
-    p.add_argument("--semeval-task", choices=("A", "C"), default="A",
-                   help="semeval-ql: A, comments against their thread's question (the CTRN paper's QatarLiving); "
-                        "C, against the original question")
-    p.add_argument("--max-context-tokens", type=int, default=5_000,
-                   help="reading comprehension: questions whose passages exceed this many tokens are dropped and "
-                        "counted (DynSAN's 5k cap)")
-    p.add_argument("--quasart-contexts", choices=("short", "long"), default="short",
-                   help="quasart: the short (sentence) or long (paragraph) passages")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="published sets: keep every question (default: the papers' clean splits, e.g. WikiQA "
+        "without questions that have no correct answer, TrecQA dev/test without all-positive or "
+        "all-negative questions)",
+    )
+    p.add_argument(
+        "--semeval-task",
+        choices=("A", "C"),
+        default="A",
+        help="semeval-ql: A, comments against their thread's question (the CTRN paper's QatarLiving); "
+        "C, against the original question",
+    )
+    p.add_argument(
+        "--max-context-tokens",
+        type=int,
+        default=5_000,
+        help="reading comprehension: questions whose passages exceed this many tokens are dropped and "
+        "counted (DynSAN's 5k cap)",
+    )
+    p.add_argument(
+        "--quasart-contexts",
+        choices=("short", "long"),
+        default="short",
+        help="quasart: the short (sentence) or long (paragraph) passages",
+    )
     p.add_argument("--shard-mb", type=int, default=128, help="target size of a Parquet shard")
-    p.add_argument("--vocab", default=None, help="reuse the vocabulary of another tokenised folder (or its "
-                                                 "vocab.json) instead of counting train: for fine-tuning a "
-                                                 "checkpoint trained on that folder (train.py --init-from)")
-    p.add_argument("--skip-bad-records", action="store_true",
-                   help="published sets: skip malformed records and list them in the manifest, and drop (and "
-                        "count) training questions whose answer occurs in no passage (default: stop with an error "
-                        "naming the file and line, or the question)")
+    p.add_argument(
+        "--vocab",
+        default=None,
+        help="reuse the vocabulary of another tokenised folder (or its "
+        "vocab.json) instead of counting train: for fine-tuning a "
+        "checkpoint trained on that folder (train.py --init-from)",
+    )
+    p.add_argument(
+        "--skip-bad-records",
+        action="store_true",
+        help="published sets: skip malformed records and list them in the manifest, and drop (and "
+        "count) training questions whose answer occurs in no passage (default: stop with an error "
+        "naming the file and line, or the question)",
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
-    p.add_argument("--verbose", action="store_true",
-                   help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
-                        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the options, the inputs and the output folder as a run would, print the resolved "
-                        "configuration and exit (2 where the run would be refused)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the options, the inputs and the output folder as a run would, print the resolved "
+        "configuration and exit (2 where the run would be refused)",
+    )
     args = p.parse_args(argv)
     try:
-        cfg = TokenizeConfig(dataset=args.dataset, input=args.input, output=args.output, min_count=args.min_count,
-                             max_vocab=args.max_vocab, lowercase=not args.cased,
-                             clean=not args.raw, on_error="skip" if args.skip_bad_records else "raise",
-                             semeval_task=args.semeval_task, max_context_tokens=args.max_context_tokens,
-                             quasart_contexts=args.quasart_contexts, shard_mb=args.shard_mb,
-                             min_char_count=args.min_char_count, max_chars=args.max_chars,
-                             max_word_chars=args.max_word_chars, vocab=args.vocab)
+        cfg = TokenizeConfig(
+            dataset=args.dataset,
+            input=args.input,
+            output=args.output,
+            min_count=args.min_count,
+            max_vocab=args.max_vocab,
+            lowercase=not args.cased,
+            clean=not args.raw,
+            on_error="skip" if args.skip_bad_records else "raise",
+            semeval_task=args.semeval_task,
+            max_context_tokens=args.max_context_tokens,
+            quasart_contexts=args.quasart_contexts,
+            shard_mb=args.shard_mb,
+            min_char_count=args.min_char_count,
+            max_chars=args.max_chars,
+            max_word_chars=args.max_word_chars,
+            vocab=args.vocab,
+        )
     except UsageError as error:
         p.error(str(error))
     return cfg, args
@@ -110,21 +171,31 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(asdict(cfg), indent=2))
         return 0
-    from runtime.ray_env import run_on_ray
     from pipelines.tokenize import write
+    from runtime.ray_env import run_on_ray
 
     manifest, rc = run_on_ray("tokenize_corpora", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
     splits = manifest["splits"]
-    print("tokenised " + ", ".join(f"{split} {s['rows']:,} rows ({s['questions']:,} questions, {len(s['files'])} "
-                                   f"shard{'s' if len(s['files']) != 1 else ''})" for split, s in splits.items()))
+    print(
+        "tokenised "
+        + ", ".join(
+            f"{split} {s['rows']:,} rows ({s['questions']:,} questions, {len(s['files'])} "
+            f"shard{'s' if len(s['files']) != 1 else ''})"
+            for split, s in splits.items()
+        )
+    )
     for split, s in splits.items():
         if "answer_not_found" in s:
-            print(f"  {split}: over the token cap {s['dropped_over_token_cap']:,} dropped; answer in no passage "
-                  f"{s['answer_not_found']:,} {s['answer_not_found_action']}")
-    print(f"vocabulary {manifest['vocab_size']:,} tokens, {manifest['char_vocab_size']:,} characters; "
-          f"wrote {cfg.output}/manifest.json")
+            print(
+                f"  {split}: over the token cap {s['dropped_over_token_cap']:,} dropped; answer in no passage "
+                f"{s['answer_not_found']:,} {s['answer_not_found_action']}"
+            )
+    print(
+        f"vocabulary {manifest['vocab_size']:,} tokens, {manifest['char_vocab_size']:,} characters; "
+        f"wrote {cfg.output}/manifest.json"
+    )
     return 0
 
 

@@ -7,9 +7,11 @@
 DIR is a jobs/tokenize_corpora.py output. Training uses gensim's FastText (subword skip-gram, as the fastText
 paper), reading the training shards again on every pass; loading reads a fastText `.vec` or GloVe text file
 (plain or .gz), keeping only DIR's words; distilling runs a local pretrained transformer over the training split
-and averages each word's contextual states (vectors pre-trained on a large corpus, offline). Writes DIR/embeddings.npy (float32 [vocab, dim], `<pad>` zeros) and
-DIR/embeddings.json, which reports the out-of-vocabulary rate by word and by training token.
+and averages each word's contextual states (vectors pre-trained on a large corpus, offline). Writes
+DIR/embeddings.npy (float32 [vocab, dim], `<pad>` zeros) and DIR/embeddings.json, which reports the
+out-of-vocabulary rate by word and by training token.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,13 +32,24 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="a tokenize_corpora output folder (manifest.json, vocab.json)")
     p.add_argument("--vectors", default=None, help="a .vec / GloVe text file (.gz allowed); omit to train fastText")
-    p.add_argument("--from-encoder", default=None, metavar="ENCODER",
-                   help="distil static vectors from a local transformer: minilm, mpnet-base or a model directory")
-    p.add_argument("--encoder-layer", type=int, default=-1,
-                   help="--from-encoder: the hidden state to average (0: input embeddings, -1: last layer)")
-    p.add_argument("--output", default=None,
-                   help="the .npy to write (its statistics beside it as .json); default DIR/embeddings.npy, the "
-                        "file jobs/train.py reads unless --embeddings names another")
+    p.add_argument(
+        "--from-encoder",
+        default=None,
+        metavar="ENCODER",
+        help="distil static vectors from a local transformer: minilm, mpnet-base or a model directory",
+    )
+    p.add_argument(
+        "--encoder-layer",
+        type=int,
+        default=-1,
+        help="--from-encoder: the hidden state to average (0: input embeddings, -1: last layer)",
+    )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="the .npy to write (its statistics beside it as .json); default DIR/embeddings.npy, the "
+        "file jobs/train.py reads unless --embeddings names another",
+    )
     p.add_argument("--dim", type=int, default=300, help="fastText: vector size")
     p.add_argument("--epochs", type=int, default=5, help="fastText: passes over the training split")
     p.add_argument("--window", type=int, default=5, help="fastText: context window")
@@ -45,17 +58,35 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
     p.add_argument("--max-n", type=int, default=6, help="fastText: longest character n-gram")
     p.add_argument("--workers", type=int, default=0, help="fastText: threads (0: every core)")
     p.add_argument("--seed", type=int, default=0, help="fastText and the random rows of uncovered words")
-    p.add_argument("--no-lowercase-fallback", action="store_true",
-                   help="--vectors: do not give a word missing from cased vectors its lower-case form's vector")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the options, the inputs and the output as a run would, print the resolved "
-                        "configuration and exit (2 where the run would be refused)")
+    p.add_argument(
+        "--no-lowercase-fallback",
+        action="store_true",
+        help="--vectors: do not give a word missing from cased vectors its lower-case form's vector",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the options, the inputs and the output as a run would, print the resolved "
+        "configuration and exit (2 where the run would be refused)",
+    )
     args = p.parse_args(argv)
     try:
-        cfg = VectorsConfig(data=args.data, vectors=args.vectors, dim=args.dim, epochs=args.epochs,
-                            window=args.window, min_count=args.min_count, min_n=args.min_n, max_n=args.max_n,
-                            workers=args.workers, seed=args.seed, lowercase_fallback=not args.no_lowercase_fallback,
-                            encoder=args.from_encoder, encoder_layer=args.encoder_layer, output=args.output)
+        cfg = VectorsConfig(
+            data=args.data,
+            vectors=args.vectors,
+            dim=args.dim,
+            epochs=args.epochs,
+            window=args.window,
+            min_count=args.min_count,
+            min_n=args.min_n,
+            max_n=args.max_n,
+            workers=args.workers,
+            seed=args.seed,
+            lowercase_fallback=not args.no_lowercase_fallback,
+            encoder=args.from_encoder,
+            encoder_layer=args.encoder_layer,
+            output=args.output,
+        )
     except UsageError as error:
         p.error(str(error))
     return cfg, args
@@ -76,9 +107,11 @@ def main(argv=None) -> int:
         stats = write(cfg)
     except Exception as error:  # one line naming the file and line (the traceback in the log it names)
         return fail("word_vectors", error)
-    print(f"{stats['vocab_size']:,} words x {stats['dim']}: {stats['covered']:,} covered, out of vocabulary "
-          f"{stats['oov_rate']:.1%} of words and {stats['oov_token_rate']:.1%} of training tokens; wrote "
-          f"{cfg.output or os.path.join(cfg.data, 'embeddings.npy')}")
+    print(
+        f"{stats['vocab_size']:,} words x {stats['dim']}: {stats['covered']:,} covered, out of vocabulary "
+        f"{stats['oov_rate']:.1%} of words and {stats['oov_token_rate']:.1%} of training tokens; wrote "
+        f"{cfg.output or os.path.join(cfg.data, 'embeddings.npy')}"
+    )
     print(json.dumps(stats))
     return 0
 

@@ -6,6 +6,7 @@ holds one of the job's inputs, or a non-empty folder that is not an earlier outp
 by the marker, `.qa-output.json`, that `staged_dir` writes into every output it completes). Replacing an
 earlier output stays atomic: a crash at any point leaves the old output or the new one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,6 @@ import time
 import uuid
 
 from runtime.checks import UsageError
-
 
 MARKER = ".qa-output.json"  # written last into a completed output: which job wrote it, and when
 STAGING_MARKER = ".qa-staging"  # in a staging folder from its creation: only such folders are cleaned up
@@ -72,16 +72,20 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
     for path in inputs:
         if path and "://" not in str(path) and within_folder(real_path(str(path)), real):
             what = "is" if real_path(str(path)) == real else "holds"
-            raise OutputError(f"{option} {target}: {what} the input {path}; replacing it would delete that input "
-                              "(name another folder)")
+            raise OutputError(
+                f"{option} {target}: {what} the input {path}; replacing it would delete that input "
+                "(name another folder)"
+            )
     if not os.path.isdir(target) or not os.listdir(target):
         return
     if output_job(target) == job or (legacy is not None and output_job(target) is None and legacy(target)):
         return
     other = output_job(target)
     why = f"an output of {other}" if other else f"not an earlier output of {job} (no {MARKER})"
-    raise OutputError(f"{option} {target}: a non-empty folder, {why}; replacing it would delete what it holds "
-                      "(name a new or empty folder)")
+    raise OutputError(
+        f"{option} {target}: a non-empty folder, {why}; replacing it would delete what it holds "
+        "(name a new or empty folder)"
+    )
 
 
 def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
@@ -92,8 +96,9 @@ def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
     real = real_path(target)
     for path in inputs:
         if path and "://" not in str(path) and real_path(str(path)) == real:
-            raise OutputError(f"{option} {target}: is the input {path}; writing it would destroy that input "
-                              "(name another file)")
+            raise OutputError(
+                f"{option} {target}: is the input {path}; writing it would destroy that input (name another file)"
+            )
 
 
 def write_marker(folder: str, job: str) -> None:
@@ -116,7 +121,7 @@ def staged_dir(target: str, job: str, inputs=(), legacy=None):
     for stale in os.listdir(parent):
         path = os.path.join(parent, stale)
         ours = os.path.exists(os.path.join(path, STAGING_MARKER)) or output_job(path) == job
-        if ours and (stale.startswith(name + ".partial-") or stale.startswith(name + ".old-")):
+        if ours and stale.startswith((name + ".partial-", name + ".old-")):
             shutil.rmtree(path, ignore_errors=True)
     staging = os.path.join(parent, f"{name}.partial-{uuid.uuid4().hex[:8]}")
     os.makedirs(staging)

@@ -10,13 +10,15 @@ Python and Arrow keep freed memory for reuse, and a Ray worker lives on after it
 `release_unused_memory` each worker that once held a big partition keeps its high-water mark for the rest of
 the job (measured here: 465 MB held after freeing a 64 MB dump piece's work, 212 MB after the release).
 """
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +37,7 @@ def release_unused_memory() -> None:
             _LIBC = ctypes.CDLL(name) if name else False
         except OSError:
             _LIBC = False
-    if _LIBC and hasattr(_LIBC, "malloc_trim"):
+    if isinstance(_LIBC, ctypes.CDLL) and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
 
 
@@ -56,8 +58,9 @@ def trim_when_idle(interval: float = 0.5, now: bool = False) -> None:
     if now:
         release_unused_memory()
     if _IDLE_TRIMMER is None:
-        _IDLE_TRIMMER = threading.Thread(target=_trim_on_idle, args=(interval, release_unused_memory),
-                                         name="trim-when-idle", daemon=True)
+        _IDLE_TRIMMER = threading.Thread(
+            target=_trim_on_idle, args=(interval, release_unused_memory), name="trim-when-idle", daemon=True
+        )
         _IDLE_TRIMMER.start()
 
 
@@ -89,8 +92,9 @@ def differs_from_previous(table: pa.Table, keys: list[str]) -> np.ndarray:
     return change
 
 
-def map_groups_in_block(block: pa.Table, keys: list[str], fn: Callable[[list[dict]], list[dict]],
-                        schema: pa.Schema, chunk_rows: int = 8192) -> pa.Table:
+def map_groups_in_block(
+    block: pa.Table, keys: list[str], fn: Callable[[list[dict]], list[dict]], schema: pa.Schema, chunk_rows: int = 8192
+) -> pa.Table:
     """`fn(rows of one group) -> output rows`, over every group of `block` (grouped by `keys`), in key order.
 
     Rows are sorted by the keys (stable, so the order within a group is the block's), cut into chunks of
@@ -111,7 +115,7 @@ def map_groups_in_block(block: pa.Table, keys: list[str], fn: Callable[[list[dic
         rows = block.slice(first, last - first).to_pylist()
         bounds = list(starts[chunk_start:chunk_end] - first) + [last - first]
         out: list[dict] = []
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in itertools.pairwise(bounds):
             out.extend(fn(rows[a:b]))
         outputs.append(pa.Table.from_pylist(out, schema=schema))
         chunk_start = chunk_end

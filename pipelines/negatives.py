@@ -20,12 +20,14 @@ asking question. So:
 
 A bucket too small for what is asked gives all it has; the shortfall is reported.
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,15 +36,33 @@ from pipelines.blocks import trim_when_idle
 
 POOL_MODES = ("site", "any", "tag")
 
-REQUESTS = pa.schema([
-    ("kind", pa.string()), ("group", pa.string()), ("bucket", pa.int64()), ("qid", pa.string()),
-    ("aid", pa.string()), ("question", pa.string()), ("answer", pa.string()), ("score", pa.int32()),
-    ("wanted", pa.int64()), ("site", pa.string()), ("split", pa.string()),
-])
-NEGATIVES = pa.schema([
-    ("qid", pa.string()), ("question", pa.string()), ("aid", pa.string()), ("answer", pa.string()),
-    ("score", pa.int32()), ("site", pa.string()), ("split", pa.string()), ("short", pa.int64()),
-])
+REQUESTS = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("group", pa.string()),
+        ("bucket", pa.int64()),
+        ("qid", pa.string()),
+        ("aid", pa.string()),
+        ("question", pa.string()),
+        ("answer", pa.string()),
+        ("score", pa.int32()),
+        ("wanted", pa.int64()),
+        ("site", pa.string()),
+        ("split", pa.string()),
+    ]
+)
+NEGATIVES = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("question", pa.string()),
+        ("aid", pa.string()),
+        ("answer", pa.string()),
+        ("score", pa.int32()),
+        ("site", pa.string()),
+        ("split", pa.string()),
+        ("short", pa.int64()),
+    ]
+)
 
 
 def _hash64(*parts) -> int:
@@ -71,8 +91,9 @@ def pool_groups(batch: pa.Table, mode: str) -> tuple[pa.Array, np.ndarray]:
         tags = batch["tags"].combine_chunks()
         parents = pc.list_parent_indices(tags).to_numpy()
         flat = pc.list_flatten(tags)
-        return pc.binary_join_element_wise(pc.take(batch["split"], parents), pc.take(batch["site"], parents), flat,
-                                           "|"), parents
+        return pc.binary_join_element_wise(
+            pc.take(batch["split"], parents), pc.take(batch["site"], parents), flat, "|"
+        ), parents
     raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
 
 
@@ -83,11 +104,21 @@ def pool_rows(batch: pa.Table, mode: str) -> pa.Table:
     taken = batch.select(["qid", "aid", "answer", "score", "site", "split"])
     if mode == "tag":  # a row per (answer, tag); otherwise the rows as they are, not copied
         taken = taken.take(pa.array(rows, pa.int64()))
-    return pa.table({
-        "kind": pa.array(["pool"] * n, pa.string()), "group": groups, "bucket": pa.array(np.full(n, -1, np.int64)),
-        "qid": taken["qid"], "aid": taken["aid"], "question": pa.array([""] * n, pa.string()),
-        "answer": taken["answer"], "score": taken["score"], "wanted": pa.array(np.zeros(n, np.int64)),
-        "site": taken["site"], "split": taken["split"]}).cast(REQUESTS)
+    return pa.table(
+        {
+            "kind": pa.array(["pool"] * n, pa.string()),
+            "group": groups,
+            "bucket": pa.array(np.full(n, -1, np.int64)),
+            "qid": taken["qid"],
+            "aid": taken["aid"],
+            "question": pa.array([""] * n, pa.string()),
+            "answer": taken["answer"],
+            "score": taken["score"],
+            "wanted": pa.array(np.zeros(n, np.int64)),
+            "site": taken["site"],
+            "split": taken["split"],
+        }
+    ).cast(REQUESTS)
 
 
 class AssignBuckets:
@@ -127,12 +158,12 @@ def _stream(base: int, count: int) -> list[int]:
 
 
 def _streams(bases: np.ndarray, counts: np.ndarray) -> list[list[int]]:
-    """For each (base, count), `count` numbers of the stream at `base`, all computed in one vectorised call (one
-    call per stream cost 15 us of numpy's overhead, more than the draws)."""
+    """For each (base, count), `count` numbers of the stream at `base`, all computed in one vectorised call (a
+    call per stream cost more in numpy's overhead than the draws themselves)."""
     counts = np.asarray(counts, dtype=np.int64)
     numbers = _concatenated_streams(bases, counts)[1].tolist()
     ends = np.cumsum(counts).tolist()
-    return [numbers[end - n:end] for end, n in zip(ends, counts.tolist())]
+    return [numbers[end - n : end] for end, n in zip(ends, counts.tolist())]
 
 
 def _concatenated_streams(bases: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,26 +224,61 @@ class RequestNegatives:
         most = int(buckets.max())
         keys, per_key = np.unique(which * most + bucket, return_counts=True)  # (row, bucket) pairs, counted
         request_rows = rows[keys // most]
-        tables = [self._rows(batch, request_rows, "request", [chosen[r] for r in request_rows.tolist()],
-                             keys % most, per_key, self.question_text)]
+        tables = [
+            self._rows(
+                batch,
+                request_rows,
+                "request",
+                [chosen[r] for r in request_rows.tolist()],
+                keys % most,
+                per_key,
+                self.question_text,
+            )
+        ]
         if len(short_rows):
-            tables.append(self._rows(batch, short_rows, "short", [""] * len(short_rows),
-                                     np.full(len(short_rows), -1), wanted[short_rows], False))
+            tables.append(
+                self._rows(
+                    batch,
+                    short_rows,
+                    "short",
+                    [""] * len(short_rows),
+                    np.full(len(short_rows), -1),
+                    wanted[short_rows],
+                    False,
+                )
+            )
         return pa.concat_tables(tables)
 
     @staticmethod
-    def _rows(batch: pa.Table, rows: np.ndarray, kind: str, groups: list[str], buckets: np.ndarray,
-              wanted: np.ndarray, question_text: bool) -> pa.Table:
+    def _rows(
+        batch: pa.Table,
+        rows: np.ndarray,
+        kind: str,
+        groups: list[str],
+        buckets: np.ndarray,
+        wanted: np.ndarray,
+        question_text: bool,
+    ) -> pa.Table:
         m = len(rows)
         taken = batch.select(["qid", "site", "split"] + (["question"] if question_text else [])).take(
-            pa.array(rows, pa.int64()))
+            pa.array(rows, pa.int64())
+        )
         question = taken["question"] if question_text else pa.array([""] * m, pa.string())
-        return pa.table({
-            "kind": pa.array([kind] * m, pa.string()), "group": pa.array(groups, pa.string()),
-            "bucket": pa.array(np.asarray(buckets, np.int64)), "qid": taken["qid"],
-            "aid": pa.array([""] * m, pa.string()), "question": question, "answer": pa.array([""] * m, pa.string()),
-            "score": pa.array(np.zeros(m, np.int32)), "wanted": pa.array(np.asarray(wanted, np.int64)),
-            "site": taken["site"], "split": taken["split"]}).cast(REQUESTS)
+        return pa.table(
+            {
+                "kind": pa.array([kind] * m, pa.string()),
+                "group": pa.array(groups, pa.string()),
+                "bucket": pa.array(np.asarray(buckets, np.int64)),
+                "qid": taken["qid"],
+                "aid": pa.array([""] * m, pa.string()),
+                "question": question,
+                "answer": pa.array([""] * m, pa.string()),
+                "score": pa.array(np.zeros(m, np.int32)),
+                "wanted": pa.array(np.asarray(wanted, np.int64)),
+                "site": taken["site"],
+                "split": taken["split"],
+            }
+        ).cast(REQUESTS)
 
 
 def _draw_without_replacement(base: int, population: int, count: int) -> list[int]:
@@ -256,11 +322,17 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
         segments[key] = (start, i + 1)
         own_key = (*key, pool_qids[i])
         own[own_key] = own.get(own_key, 0) + 1
-    requests = block.filter(pc.invert(is_pool)).group_by(["group", "bucket", "kind", "qid"], use_threads=False) \
-        .aggregate([("wanted", "sum"), ("question", "first"), ("site", "first"), ("split", "first")]) \
+    requests = (
+        block.filter(pc.invert(is_pool))
+        .group_by(["group", "bucket", "kind", "qid"], use_threads=False)
+        .aggregate([("wanted", "sum"), ("question", "first"), ("site", "first"), ("split", "first")])
         .rename_columns({"question_first": "question", "site_first": "site", "split_first": "split"})
-    requests = requests.take(pc.sort_indices(requests, [("group", "ascending"), ("bucket", "ascending"),
-                                                        ("qid", "ascending"), ("kind", "ascending")]))
+    )
+    requests = requests.take(
+        pc.sort_indices(
+            requests, [("group", "ascending"), ("bucket", "ascending"), ("qid", "ascending"), ("kind", "ascending")]
+        )
+    )
     short_request, short_count = [], []
     draws = []  # (request row, bucket start, population, what it asks for, how many it draws)
     request_qids = requests["qid"].to_pylist()
@@ -274,8 +346,9 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
         mine = own.get((group, bucket, qid), 0)
         take = max(0, min(wanted, end - start - mine))
         if take:
-            draws.append((r, start, end - start, take, min(end - start, take + mine),
-                          _hash64("draw", seed, qid, group, bucket)))
+            draws.append(
+                (r, start, end - start, take, min(end - start, take + mine), _hash64("draw", seed, qid, group, bucket))
+            )
         if take < wanted:
             short_request.append(r)
             short_count.append(wanted - take)
@@ -290,20 +363,38 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
             picked_request += [r] * len(chosen)
     answers = block.select(["aid", "answer", "score"]).take(pa.array(pool_rows[picked_pool], pa.int64()))
     asking = requests.select(["qid", "question", "site", "split"]).take(pa.array(picked_request, pa.int64()))
-    drawn = pa.table({"qid": asking["qid"], "question": asking["question"], "aid": answers["aid"],
-                      "answer": answers["answer"], "score": answers["score"], "site": asking["site"],
-                      "split": asking["split"], "short": pa.array(np.zeros(len(picked_pool), np.int64))})
+    drawn = pa.table(
+        {
+            "qid": asking["qid"],
+            "question": asking["question"],
+            "aid": answers["aid"],
+            "answer": answers["answer"],
+            "score": answers["score"],
+            "site": asking["site"],
+            "split": asking["split"],
+            "short": pa.array(np.zeros(len(picked_pool), np.int64)),
+        }
+    )
     m = len(short_request)
     lacking = requests.select(["qid", "site", "split"]).take(pa.array(short_request, pa.int64()))
-    shortfall = pa.table({"qid": lacking["qid"], "question": pa.array([""] * m, pa.string()),
-                          "aid": pa.array([""] * m, pa.string()), "answer": pa.array([""] * m, pa.string()),
-                          "score": pa.array(np.zeros(m, np.int32)), "site": lacking["site"], "split": lacking["split"],
-                          "short": pa.array(np.asarray(short_count, np.int64))})
+    shortfall = pa.table(
+        {
+            "qid": lacking["qid"],
+            "question": pa.array([""] * m, pa.string()),
+            "aid": pa.array([""] * m, pa.string()),
+            "answer": pa.array([""] * m, pa.string()),
+            "score": pa.array(np.zeros(m, np.int32)),
+            "site": lacking["site"],
+            "split": lacking["split"],
+            "short": pa.array(np.asarray(short_count, np.int64)),
+        }
+    )
     return pa.concat_tables([drawn.cast(NEGATIVES), shortfall.cast(NEGATIVES)])
 
 
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
     """Answers per pool group, counted per batch and summed on the driver (no shuffle)."""
+
     def count(batch: pa.Table) -> pa.Table:
         import pyarrow.compute as pc
 
@@ -322,8 +413,11 @@ _STAGES: dict[tuple, object] = {}
 
 def _cached(cls, sizes_ref, **options):
     """One `cls` per worker process and configuration: its group sizes are fetched once, not per batch."""
-    key = (cls.__name__, sizes_ref[0].hex() if hasattr(sizes_ref[0], "hex") else id(sizes_ref[0]),
-           tuple(sorted(options.items())))
+    key = (
+        cls.__name__,
+        sizes_ref[0].hex() if hasattr(sizes_ref[0], "hex") else id(sizes_ref[0]),
+        tuple(sorted(options.items())),
+    )
     stage = _STAGES.get(key)
     if stage is None:
         stage = _STAGES[key] = cls(sizes_ref, **options)
@@ -354,9 +448,19 @@ def _sample_and_count(block: pa.Table, seed: int) -> tuple[pa.Table, dict]:
     return drawn, {"rows": drawn.num_rows, "short": int(pc.sum(drawn["short"]).as_py() or 0)}
 
 
-def negative_blocks(pool: tuple[list, list[int]], positives, k: float, seed: int, pool_sizes: dict[str, int],
-                    mode: str = "site", bucket_size: int = 4096, partitions: int = 8, question_text: bool = True,
-                    select: Callable[[pa.Table], pa.Table] | None = None, task_bytes: int = 32 << 20) -> list[tuple]:
+def negative_blocks(
+    pool: tuple[list, list[int]],
+    positives,
+    k: float,
+    seed: int,
+    pool_sizes: dict[str, int],
+    mode: str = "site",
+    bucket_size: int = 4096,
+    partitions: int = 8,
+    question_text: bool = True,
+    select: Callable[[pa.Table], pa.Table] | None = None,
+    task_bytes: int = 32 << 20,
+) -> list[tuple]:
     """`sample_negatives` over block references (with their bytes, as `pipelines.shuffle.hash_shuffle` takes
     them): for each partition, references to its negatives block, to {"rows", "short"} (its rows and the
     negatives it fell short of) and to the block's bytes, not waited for. `positives` is (block references,
@@ -370,21 +474,38 @@ def negative_blocks(pool: tuple[list, list[int]], positives, k: float, seed: int
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     sizes_ref = [ray.put(pool_sizes)]
-    options = {"sizes_ref": sizes_ref, "k": k, "seed": seed, "mode": mode, "bucket_size": bucket_size,
-               "question_text": question_text}
+    options: dict[str, Any] = {
+        "sizes_ref": sizes_ref,
+        "k": k,
+        "seed": seed,
+        "mode": mode,
+        "bucket_size": bucket_size,
+        "question_text": question_text,
+    }
     first = [select] if select else []
     if isinstance(positives, str):
         sources = [(*pool, composed(*first, partial(pool_and_requests, asks=positives, **options)))]
     else:
-        bucketed = composed(*first, partial(pool_rows, mode=mode), partial(assign_buckets, sizes_ref=sizes_ref,
-                                                                           bucket_size=bucket_size))
+        bucketed = composed(
+            *first, partial(pool_rows, mode=mode), partial(assign_buckets, sizes_ref=sizes_ref, bucket_size=bucket_size)
+        )
         sources = [(*pool, bucketed), (*positives, partial(request_negatives, **options))]
-    return hash_shuffle(sources, ["group", "bucket"], partitions, _sample_and_count, {"seed": seed}, returns=2,
-                        task_bytes=task_bytes)
+    return hash_shuffle(
+        sources, ["group", "bucket"], partitions, _sample_and_count, {"seed": seed}, returns=2, task_bytes=task_bytes
+    )
 
 
-def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", bucket_size: int = 4096,
-                     partitions: int = 8, question_text: bool = True, pool_sizes: dict[str, int] | None = None):
+def sample_negatives(
+    pool,
+    positives,
+    k: float,
+    seed: int,
+    mode: str = "site",
+    bucket_size: int = 4096,
+    partitions: int = 8,
+    question_text: bool = True,
+    pool_sizes: dict[str, int] | None = None,
+):
     """Negative pairs for `positives` drawn from `pool` (both datasets of thread rows); rows with `short` > 0
     and an empty `aid` only carry shortfall counts. One shuffle: pool and requests meet by (group, bucket).
 
@@ -406,11 +527,20 @@ def sample_negatives(pool, positives, k: float, seed: int, mode: str = "site", b
     pool = pool.materialize()
     sizes = count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes
     marked = isinstance(positives, str)
+
     def blocks_and_bytes(ds) -> tuple[list, list[int]]:
         refs, _, block_bytes = materialised_blocks(ds)
         return refs, block_bytes
 
-    results = negative_blocks(blocks_and_bytes(pool), positives if marked else blocks_and_bytes(
-        positives.materialize()), k, seed, sizes, mode=mode, bucket_size=bucket_size, partitions=partitions,
-        question_text=question_text)
+    results = negative_blocks(
+        blocks_and_bytes(pool),
+        positives if marked else blocks_and_bytes(positives.materialize()),
+        k,
+        seed,
+        sizes,
+        mode=mode,
+        bucket_size=bucket_size,
+        partitions=partitions,
+        question_text=question_text,
+    )
     return ray.data.from_arrow_refs([block for block, _, _ in results])

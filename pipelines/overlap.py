@@ -8,6 +8,7 @@ seen their test questions or answers. A post overlaps a test set when
 Test sets are read from their published files (`NAME=PATH`, NAME one of READERS); the n-gram set is small
 (tens of thousands of hashes per set) and is shipped once to each worker of the `OverlapFilter` stage.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,7 +17,7 @@ import hashlib
 import io
 import os
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from lxml import etree
@@ -25,8 +26,10 @@ _WORDS = re.compile(r"\w+", re.UNICODE)
 
 
 def _open_text(path: str):
-    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+    """A test set's file as text, undecodable bytes replaced: overlap only needs its words."""
+    from pipelines.readers.common import open_binary
+
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace", newline="")
 
 
 def _find(path: str, *names: str) -> str:
@@ -76,7 +79,7 @@ def trecqa_texts(path: str) -> Iterator[str]:
 def semeval_texts(path: str) -> Iterator[str]:
     """SemEval-2016 Task 3 XML: question subjects and bodies and comment texts."""
     tags = {"OrgQSubject", "OrgQBody", "RelQSubject", "RelQBody", "RelCText"}
-    with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
+    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
         try:
             for _, element in etree.iterparse(f, events=("end",), recover=False):
                 if element.tag in tags and element.text:
@@ -95,7 +98,10 @@ def insuranceqa_texts(path: str) -> Iterator[str]:
         for line in f:
             key, _, word = line.rstrip("\n").partition("\t")
             vocab[key] = word
-    words = lambda ids: " ".join(vocab.get(i, "") for i in ids.split())  # noqa: E731
+
+    def words(ids):
+        return " ".join(vocab.get(i, "") for i in ids.split())
+
     found = False
     for name in ("question.test1.label.token_idx.pool", "question.test2.label.token_idx.pool"):
         try:
@@ -127,8 +133,13 @@ def lines_texts(path: str) -> Iterator[str]:
         yield from (line.strip() for line in f if line.strip())
 
 
-READERS = {"wikiqa": wikiqa_texts, "trecqa": trecqa_texts, "semeval": semeval_texts,
-           "insuranceqa": insuranceqa_texts, "lines": lines_texts}
+READERS = {
+    "wikiqa": wikiqa_texts,
+    "trecqa": trecqa_texts,
+    "semeval": semeval_texts,
+    "insuranceqa": insuranceqa_texts,
+    "lines": lines_texts,
+}
 
 
 def normalise(text: str) -> str:
@@ -141,7 +152,7 @@ def _hash(text: str) -> int:
 
 def ngrams(words: list[str], n: int) -> Iterator[int]:
     for i in range(len(words) - n + 1):
-        yield _hash(" ".join(words[i:i + n]))
+        yield _hash(" ".join(words[i : i + n]))
 
 
 def reference_index(specs: dict[str, str], n: int = 13) -> dict:
@@ -151,7 +162,9 @@ def reference_index(specs: dict[str, str], n: int = 13) -> dict:
         kind = name.split(":")[0]
         if kind not in READERS:
             raise ValueError(f"unknown test set {name!r}: expected one of {', '.join(READERS)} (NAME=PATH)")
-        texts, grams, count = set(), set(), 0
+        texts: set[int] = set()
+        grams: set[int] = set()
+        count = 0
         for text in READERS[kind](path):
             words = normalise(text).split()
             if not words:
@@ -182,8 +195,11 @@ class OverlapFilter:
         first = normalise(text.split("\n", 1)[0]).split()
         whole, title = _hash(" ".join(words)), _hash(" ".join(first))
         grams = set(ngrams(words, self.n))
-        hits = [name for name, ref in self.index.items()
-                if whole in ref["texts"] or title in ref["texts"] or not grams.isdisjoint(ref["ngrams"])]
+        hits = [
+            name
+            for name, ref in self.index.items()
+            if whole in ref["texts"] or title in ref["texts"] or not grams.isdisjoint(ref["ngrams"])
+        ]
         return ",".join(sorted(hits))
 
     def __call__(self, batch: pa.Table) -> pa.Table:

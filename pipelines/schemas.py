@@ -4,10 +4,11 @@ A schema names the columns a consumer may rely on. Writers conform their tables 
 an error, not silently dropped); readers check every file before use, so a shard written by an older or
 foreign tool fails with the file named instead of deep inside a training step.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -2,13 +2,14 @@
 `manifest.json` beside `vocab.json`. Written by `pipelines.tokenize` (pairs) and `pipelines.passages` (passages),
 read back, checked against the manifest, by training and evaluation.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Iterable
 
 import pyarrow as pa
 
@@ -16,7 +17,6 @@ from pipelines.atomic import recognised_by
 from pipelines.blocks import materialised_blocks
 from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
 from pipelines.vocabulary import RESERVED, Vocabulary
-
 
 JOB = "tokenize_corpora"  # the job that writes tokenised folders: the name its outputs carry (pipelines.atomic)
 # A tokenised folder written before outputs carried a completion marker: its manifest, with splits and vocabulary.
@@ -40,14 +40,16 @@ def rows_per_shard(ds, cfg) -> int:
     return max(1, (cfg.shard_mb << 20) // per_row)
 
 
-def write_parquet_atomically(path: str, schema: pa.Schema, pieces: Iterable[pa.Table],
-                             row_group_rows: int = ROW_GROUP_ROWS) -> int:
+def write_parquet_atomically(
+    path: str, schema: pa.Schema, pieces: Iterable[pa.Table], row_group_rows: int = ROW_GROUP_ROWS
+) -> int:
     """`pieces` (Arrow tables, in order) as one Parquet file at `path`, written under a temporary name and renamed
     once whole; row groups of `row_group_rows` rows but the last, whatever the pieces' sizes (a row group is where a
     resumed training worker can start reading). Holds one row group's slices at a time; returns the rows written."""
     import pyarrow.parquet as pq
 
-    rows, temporary, held, group = 0, path + ".tmp", 0, []
+    rows, temporary, held = 0, path + ".tmp", 0
+    group: list[pa.Table] = []
 
     def flush(writer) -> None:
         nonlocal held, group
@@ -104,16 +106,27 @@ def write_blocks(blocks: list, sizes: list[int], directory: str, schema: pa.Sche
     planned = []
     for number, group in enumerate(consecutive_groups(sizes, at_least)):
         name = f"part-{number:05d}.parquet"
-        planned.append((name, sum(sizes[i] for i in group),
-                        write.remote(os.path.join(directory, name), schema, *(blocks[i] for i in group))))
+        planned.append(
+            (
+                name,
+                sum(sizes[i] for i in group),
+                write.remote(os.path.join(directory, name), schema, *(blocks[i] for i in group)),
+            )
+        )
     files = []
     for name, rows, ref in planned:
         written = ray.get(ref)
         if written != rows:
             raise RuntimeError(f"{directory}/{name}: {written:,} rows written, {rows:,} planned")
         path = os.path.join(directory, name)
-        files.append({"path": f"{os.path.basename(directory)}/{name}", "rows": rows, "bytes": os.path.getsize(path),
-                      "sha256": sha256_file(path)})
+        files.append(
+            {
+                "path": f"{os.path.basename(directory)}/{name}",
+                "rows": rows,
+                "bytes": os.path.getsize(path),
+                "sha256": sha256_file(path),
+            }
+        )
     return files
 
 
@@ -136,10 +149,21 @@ def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict
 
 def manifest_for(cfg, schema: str, vocab: Vocabulary, found: dict, staging: str) -> dict:
     """The manifest, with the vocabulary's checksum: training refuses a checkpoint of another vocabulary."""
-    return {"dataset": cfg.dataset, "schema": schema, "tokenizer": "spacy.blank('en')", "lowercase": cfg.lowercase,
-            "vocab": "vocab.json", "vocab_size": len(vocab), "char_vocab_size": len(vocab.chars),
-            "vocab_sha256": sha256_file(os.path.join(staging, "vocab.json")), "vocab_from": cfg.vocab,
-            "reserved": list(RESERVED), "config": asdict(cfg), "reader": found, "splits": {}}
+    return {
+        "dataset": cfg.dataset,
+        "schema": schema,
+        "tokenizer": "spacy.blank('en')",
+        "lowercase": cfg.lowercase,
+        "vocab": "vocab.json",
+        "vocab_size": len(vocab),
+        "char_vocab_size": len(vocab.chars),
+        "vocab_sha256": sha256_file(os.path.join(staging, "vocab.json")),
+        "vocab_from": cfg.vocab,
+        "reserved": list(RESERVED),
+        "config": asdict(cfg),
+        "reader": found,
+        "splits": {},
+    }
 
 
 class ShardError(ValueError):
@@ -172,8 +196,11 @@ def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str],
     listed = manifest["splits"][split]["files"]
     paths = [os.path.join(data, entry["path"]) for entry in listed]
     directory = os.path.join(data, split)
-    on_disk = {os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".parquet")} \
-        if os.path.isdir(directory) else set()
+    on_disk = (
+        {os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".parquet")}
+        if os.path.isdir(directory)
+        else set()
+    )
     if verify != "none":
         extra = sorted(on_disk - set(paths))
         if extra:
@@ -204,5 +231,9 @@ def tokenised_files(data: str) -> list[str]:
             splits = json.load(f).get("splits", {})
     except (OSError, ValueError, AttributeError):
         return files
-    return files + [os.path.join(data, entry["path"]) for split in splits.values() for entry in split.get("files", [])
-                    if isinstance(entry, dict) and "path" in entry]
+    return files + [
+        os.path.join(data, entry["path"])
+        for split in splits.values()
+        for entry in split.get("files", [])
+        if isinstance(entry, dict) and "path" in entry
+    ]

@@ -7,13 +7,13 @@ them), written as plain Ray tasks because the StackExchangeQA build needs what a
 - **Side results.** A reducer may return several objects (`returns`): the thread assembler returns its block and
   the block's funnel counts and attribution rows, the negative sampler its block and its shortfall, the pairs'
   ordering its block and its first question and counts. Each of these was a pass of its own over the
-  materialised output (a Ray Data map has one output), 5-7 s at 1M posts on 2 cores.
+  materialised output (a Ray Data map has one output).
 - **Work on the way in.** Each source's blocks go through a `prepare` function inside the map task before they
   are cut (selecting rows, reshaping them), so what a shuffle reads is never stored a second time.
 - **Less overhead.** Shards stay Arrow tables in the object store (Ray Data encodes each as a compressed Arrow
   IPC stream and decodes it again) and run in the build's warm workers (Ray Data starts its shuffle's map tasks
-  in a worker pool of their own). On the 1M-post bench dump, the thread shuffle took 8.6-8.9 s against
-  10.2-12.1 s (three runs each, 2 CPUs).
+  in a worker pool of their own). `bench/stackexchangeqa.py` times the build's stages against Ray Data's shuffle
+  (docs/bench/stackexchangeqa*.json).
 
 It keeps Ray Data's shape and limits: a partition is one block, and the shards in flight number map tasks x
 partitions. A map task reads consecutive blocks of one source until they hold `task_bytes` (the build passes
@@ -26,11 +26,12 @@ fixed key, as Ray Data's), and a partition holds its rows in the order of the so
 the same input gives the same blocks on every run. Tasks are retried and their outputs rebuilt from lineage
 when a worker dies, as any Ray task's.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -77,8 +78,10 @@ def cut_into_partitions(tables: Sequence[pa.Table], keys: Sequence[str], partiti
             if count:
                 pieces[partition].append(ordered.slice(int(start), int(count)))
     schema = tables[0].schema
-    return [pa.concat_tables(p, promote_options="default") if len(p) > 1 else p[0] if p else schema.empty_table()
-            for p in pieces]
+    return [
+        pa.concat_tables(p, promote_options="default") if len(p) > 1 else p[0] if p else schema.empty_table()
+        for p in pieces
+    ]
 
 
 def _map(prepare: Prepare, keys: Sequence[str], partitions: int, *blocks: pa.Table):
@@ -106,15 +109,22 @@ def map_tasks(sizes: Sequence[int], partitions: int, task_bytes: int, max_shards
     tasks, start, held = [], 0, 0
     for position, size in enumerate(sizes):
         held += size
-        if position + 1 - start >= at_least and held >= task_bytes or position == len(sizes) - 1:
+        if (position + 1 - start >= at_least and held >= task_bytes) or position == len(sizes) - 1:
             tasks.append(range(start, position + 1))
             start, held = position + 1, 0
     return tasks
 
 
-def hash_shuffle(sources: Sequence[tuple[Sequence, Sequence[int], Prepare]], keys: Sequence[str], partitions: int,
-                 reduce: Callable[..., pa.Table | tuple], reduce_kwargs: dict | None = None, returns: int = 1,
-                 task_bytes: int = 32 << 20, max_shards: int = MAX_SHARDS) -> list[tuple]:
+def hash_shuffle(
+    sources: Sequence[tuple[Sequence, Sequence[int], Prepare]],
+    keys: Sequence[str],
+    partitions: int,
+    reduce: Callable[..., pa.Table | tuple],
+    reduce_kwargs: dict | None = None,
+    returns: int = 1,
+    task_bytes: int = 32 << 20,
+    max_shards: int = MAX_SHARDS,
+) -> list[tuple]:
     """Rows of every source (block references, their bytes, and the function that prepares each block, or None)
     brought together by `keys` into `partitions` blocks, each passed whole to `reduce(block, **reduce_kwargs)` in a
     task of its own; a map task reads about `task_bytes` of a source's blocks (`map_tasks`).
@@ -140,6 +150,8 @@ def hash_shuffle(sources: Sequence[tuple[Sequence, Sequence[int], Prepare]], key
     if not shards:
         raise ValueError("a shuffle needs at least one block to read")
     gather = ray.remote(num_cpus=1, num_returns=returns + 1)(_reduce).options(
-        name=f"ShuffleReduce({by})->{getattr(reduce, '__name__', 'reduce')}")
-    return [gather.remote(reduce, reduce_kwargs or {}, returns, *(task[p] for task in shards))
-            for p in range(partitions)]
+        name=f"ShuffleReduce({by})->{getattr(reduce, '__name__', 'reduce')}"
+    )
+    return [
+        gather.remote(reduce, reduce_kwargs or {}, returns, *(task[p] for task in shards)) for p in range(partitions)
+    ]

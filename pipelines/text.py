@@ -1,27 +1,50 @@
 """HTML post bodies to clean text.
 
 Dump bodies are trusted, well-formed HTML, so a fast HTML5 parser is enough: selectolax's Lexbor engine,
-about 2x faster than lxml.html here (and lxml about 17x faster than BeautifulSoup; `bench/html_to_text.py`
-measures all three on real posts). Crawled pages, whose structure matters, go through BeautifulSoup in `crawl/`.
+the fastest of the three parsers `bench/html_to_text.py` measures on real posts (Lexbor, lxml.html,
+BeautifulSoup). Crawled pages, whose structure matters, go through BeautifulSoup in `crawl/`.
 
 A block element (paragraph, list item, cell, heading, `<br>`, ...) starts and ends a line. Lexbor has no hook
 for that, so the block tags get a newline on each side in the HTML string before parsing, which the parser keeps
 as text; `html_to_text_lxml`, the implementation this one replaced, adds the newline to each block's tail in
 the parsed tree instead. The two give the same text on every one of the 2,633 real bodies of
-`../shared/data` (the beer dump and the crawled pages; `tests/test_stages.py` checks it), and differ only where
+`../shared/data` (the beer dump and the crawled pages; `tests/pipelines/test_text.py` checks it), and differ only where
 the old one joined two words across a block that opens mid-line (`x<div>y</div>` was "xy", now "x\\ny").
 """
+
 from __future__ import annotations
 
 import re
 
 from selectolax.lexbor import LexborHTMLParser
 
-_BLOCKS = {"p", "div", "br", "li", "ul", "ol", "pre", "blockquote", "h1", "h2", "h3", "h4", "h5", "h6",
-           "tr", "td", "th", "table", "hr", "dd", "dt"}
+_BLOCKS = {
+    "p",
+    "div",
+    "br",
+    "li",
+    "ul",
+    "ol",
+    "pre",
+    "blockquote",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "tr",
+    "td",
+    "th",
+    "table",
+    "hr",
+    "dd",
+    "dt",
+}
 # Any opening or closing block tag (attributes included); `\b` keeps <param> and <thead> out of `p` and `th`.
-_BLOCK_TAG = re.compile(r"</?(?:p|div|br|li|ul|ol|pre|blockquote|h[1-6]|tr|td|th|table|hr|dd|dt)\b[^>]*>",
-                        re.IGNORECASE)
+_BLOCK_TAG = re.compile(
+    r"</?(?:p|div|br|li|ul|ol|pre|blockquote|h[1-6]|tr|td|th|table|hr|dd|dt)\b[^>]*>", re.IGNORECASE
+)
 _SPACES = re.compile(r"[^\S\n]+")
 _NEWLINES = re.compile(r"\s*\n\s*")
 

@@ -3,6 +3,7 @@
 spaCy's blank English pipeline is only its rule-based tokenizer, so nothing is downloaded. Questions repeat
 across their candidate answers, so each batch tokenises a distinct question once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +20,6 @@ from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, co
 from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
 from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
 from runtime.checks import MissingInput, integer_at_least, one_of
-
 
 
 class SpacyTokenizer:
@@ -68,8 +68,11 @@ def count_tokens(batch: pa.Table) -> pa.Table:
     """Token counts of one batch, questions counted once per distinct question."""
     counts: Counter = Counter()
     seen = set()
-    for qid, q_tokens, a_tokens in zip(batch.column("qid").to_pylist(), batch.column("question_tokens").to_pylist(),
-                                       batch.column("answer_tokens").to_pylist()):
+    for qid, q_tokens, a_tokens in zip(
+        batch.column("qid").to_pylist(),
+        batch.column("question_tokens").to_pylist(),
+        batch.column("answer_tokens").to_pylist(),
+    ):
         if qid not in seen:
             seen.add(qid)
             counts.update(q_tokens)
@@ -86,11 +89,17 @@ class ToIds:
     def __call__(self, batch: pa.Table) -> pa.Table:
         q = [self.vocab.ids(t) for t in batch.column("question_tokens").to_pylist()]
         a = [self.vocab.ids(t) for t in batch.column("answer_tokens").to_pylist()]
-        table = pa.table({
-            "qid": batch.column("qid"), "aid": batch.column("aid"), "label": batch.column("label"),
-            "question": batch.column("question"), "answer": batch.column("answer"),
-            "question_ids": pa.array(q, pa.list_(pa.int32())), "answer_ids": pa.array(a, pa.list_(pa.int32())),
-        })
+        table = pa.table(
+            {
+                "qid": batch.column("qid"),
+                "aid": batch.column("aid"),
+                "label": batch.column("label"),
+                "question": batch.column("question"),
+                "answer": batch.column("answer"),
+                "question_ids": pa.array(q, pa.list_(pa.int32())),
+                "answer_ids": pa.array(a, pa.list_(pa.int32())),
+            }
+        )
         return conform(table, TOKENISED_PAIRS, "tokenised pairs")
 
 
@@ -142,8 +151,6 @@ class TokenizeConfig:
         check_output(self.output, JOB, self.input_paths(), earlier_tokenisation)
 
 
-
-
 def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
     """The pairs of every split as Ray datasets, and what the reader found (sizes against the published ones,
     records skipped, questions filtered); for StackExchangeQA, our own `{train,dev,test}/*.parquet`."""
@@ -158,8 +165,9 @@ def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
         # what was read is what the build wrote (checked here), so the job's table of written splits says it all
         found = stackexchangeqa_found(cfg.input)
         if found["differences_from_build"]:
-            raise ReaderError("; ".join(found["differences_from_build"]) + " (re-run the build, or pass a complete "
-                              "output folder)")
+            raise ReaderError(
+                "; ".join(found["differences_from_build"]) + " (re-run the build, or pass a complete output folder)"
+            )
         datasets = {}
         for split in splits:
             files = parquet_files(os.path.join(cfg.input, split))
@@ -179,11 +187,14 @@ def input_splits(cfg: TokenizeConfig) -> tuple[dict, dict]:
     for split, table in corpus.splits.items():
         pieces = max(1, -(-table.num_rows // 4096))  # blocks of ~4k pairs, so the stage runs in parallel
         step = -(-table.num_rows // pieces)
-        datasets[split] = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)]
-                                              or [table])
-    found = {"sizes": {s: {"questions": q, "pairs": n} for s, (q, n) in corpus.sizes().items()},
-             "differences_from_published": corpus.check_sizes(), "clean": corpus.clean,
-             "questions_filtered": corpus.dropped_by_filter, "skipped": corpus.skipped}
+        datasets[split] = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)] or [table])
+    found = {
+        "sizes": {s: {"questions": q, "pairs": n} for s, (q, n) in corpus.sizes().items()},
+        "differences_from_published": corpus.check_sizes(),
+        "clean": corpus.clean,
+        "questions_filtered": corpus.dropped_by_filter,
+        "skipped": corpus.skipped,
+    }
     return datasets, found
 
 
@@ -195,16 +206,19 @@ def tokenised_splits(cfg: TokenizeConfig, datasets: dict | None = None) -> dict:
         datasets, _ = input_splits(cfg)
     tokenised = {}
     for split, ds in datasets.items():
-        tokenised[split] = ds.map_batches(SpacyTokenizer, batch_format="pyarrow", batch_size=1024,
-                                          fn_constructor_kwargs={"lowercase": cfg.lowercase},
-                                          compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2))
+        tokenised[split] = ds.map_batches(
+            SpacyTokenizer,
+            batch_format="pyarrow",
+            batch_size=1024,
+            fn_constructor_kwargs={"lowercase": cfg.lowercase},
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2),
+        )
     return tokenised
 
 
 def pair_counts(paths: list[str]) -> tuple[int, int, int]:
     """Questions (distinct qids), rows and positive rows of written pair shards, from their qid and label columns
-    read back: exactly what was written, without the two shuffles a Ray Data groupby and aggregate cost (about
-    10 s each per split on two cores)."""
+    read back: exactly what was written, without the two shuffles a Ray Data groupby and aggregate cost."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -244,7 +258,8 @@ def write(cfg: TokenizeConfig) -> dict:
 def _write(cfg: TokenizeConfig) -> dict:
     from ray.data import ActorPoolStrategy
 
-    from pipelines.passages import PASSAGE_READERS, write_passages
+    from pipelines.passages import write_passages
+    from pipelines.readers.passages import PASSAGE_READERS
 
     if cfg.dataset in PASSAGE_READERS:
         return write_passages(cfg)
@@ -255,12 +270,15 @@ def _write(cfg: TokenizeConfig) -> dict:
         vocab.save(os.path.join(staging, "vocab.json"))
         manifest = manifest_for(cfg, "tokenised_pairs", vocab, found, staging)
         for split, ds in tokenised.items():
-            ids = ds.map_batches(ToIds, batch_format="pyarrow", fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
-                                 compute=ActorPoolStrategy(min_size=1, max_size=2)).materialize()
+            ids = ds.map_batches(
+                ToIds,
+                batch_format="pyarrow",
+                fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
+                compute=ActorPoolStrategy(min_size=1, max_size=2),
+            ).materialize()
             files = write_shards(ids, staging, split, cfg)
             questions, rows, positive = pair_counts([os.path.join(staging, f["path"]) for f in files])
             manifest["splits"][split] = {"questions": questions, "rows": rows, "positive": positive, "files": files}
         with open(os.path.join(staging, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2)
     return manifest
-

@@ -9,18 +9,20 @@ The result is `embeddings.npy` (float32, one row per vocabulary id, row 0 `<pad>
 by type and by training-token frequency). Words the vectors do not cover get small random vectors from a seeded
 generator, the usual initialisation when embeddings are then trained or projected.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipelines.readers import _open_text
 from pipelines.atomic import check_output_file
+from pipelines.readers.common import open_text
 from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
 from runtime.checks import MissingInput, UsageError, integer_at_least
@@ -78,7 +80,7 @@ class VectorsConfig:
         inputs = [path for path in tokenised_files(self.data) if not path.endswith("embeddings.npy")]
         inputs += [self.vectors] if self.vectors else []
         check_output_file(self.target, inputs)
-        check_output_file(self.target[:-len(".npy")] + ".json", inputs, option="--output (its .json report)")
+        check_output_file(self.target[: -len(".npy")] + ".json", inputs, option="--output (its .json report)")
 
 
 class TrainSentences:
@@ -89,8 +91,11 @@ class TrainSentences:
         with open(os.path.join(data, "manifest.json")) as f:
             manifest = json.load(f)
         self.files = [os.path.join(data, e["path"]) for e in manifest["splits"]["train"]["files"]]
-        self.columns = ["question_ids", "answer_ids"] if manifest["schema"] == "tokenised_pairs" else \
-            ["question_ids", "context_ids"]
+        self.columns = (
+            ["question_ids", "answer_ids"]
+            if manifest["schema"] == "tokenised_pairs"
+            else ["question_ids", "context_ids"]
+        )
         self.words = Vocabulary.load(os.path.join(data, "vocab.json")).tokens
         self.pairs = manifest["schema"] == "tokenised_pairs"
 
@@ -112,8 +117,16 @@ def train_fasttext(cfg: VectorsConfig):
     from gensim.models import FastText
 
     sentences = TrainSentences(cfg.data)
-    model = FastText(vector_size=cfg.dim, window=cfg.window, min_count=cfg.min_count, sg=1, min_n=cfg.min_n,
-                     max_n=cfg.max_n, workers=cfg.workers or os.cpu_count() or 1, seed=cfg.seed)
+    model = FastText(
+        vector_size=cfg.dim,
+        window=cfg.window,
+        min_count=cfg.min_count,
+        sg=1,
+        min_n=cfg.min_n,
+        max_n=cfg.max_n,
+        workers=cfg.workers or os.cpu_count() or 1,
+        seed=cfg.seed,
+    )
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=cfg.epochs)
     return model.wv
@@ -125,7 +138,7 @@ def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], in
     vectors: dict[str, np.ndarray] = {}
     dim = None
     count = 0
-    with _open_text(path) as f:
+    with open_text(path) as f:
         for number, line in enumerate(f, start=1):
             parts = line.rstrip("\r\n").rstrip(" ").split(" ")
             if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
@@ -138,8 +151,10 @@ def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], in
             if dim is None:
                 dim = len(parts) - 1
             if len(parts) - 1 != dim:
-                raise VectorsError(f"{path}: line {number}: {len(parts) - 1} numbers, expected {dim} (truncated "
-                                   "line, or a word with a space in it)")
+                raise VectorsError(
+                    f"{path}: line {number}: {len(parts) - 1} numbers, expected {dim} (truncated "
+                    "line, or a word with a space in it)"
+                )
             count += 1
             word = parts[0]
             if word in wanted and word not in vectors:
@@ -159,6 +174,9 @@ def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.
     vocabulary took from another split, or one cut by `encoder_max_len`) is encoded alone, as `[CLS] word [SEP]`
     (the decontextualised form, weaker but never missing). Returns (vectors by word, dimension, statistics)."""
     import torch
+
+    if not cfg.encoder:
+        raise VectorsError("encoder_vectors needs --from-encoder")
     from transformers import AutoModel, AutoTokenizer
 
     from qa_models.encoders import resolve_encoder
@@ -174,8 +192,14 @@ def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.
     counts = np.zeros(len(words), dtype=np.int64)
 
     def encode(batch: list[list[str]]) -> None:
-        enc = tokenizer(batch, is_split_into_words=True, truncation=True, max_length=cfg.encoder_max_len,
-                        padding=True, return_tensors="pt")
+        enc = tokenizer(
+            batch,
+            is_split_into_words=True,
+            truncation=True,
+            max_length=cfg.encoder_max_len,
+            padding=True,
+            return_tensors="pt",
+        )
         with torch.inference_mode():
             states = model(**enc, output_hidden_states=True).hidden_states[cfg.encoder_layer]  # [B, T, dim]
         states = states.float().numpy()
@@ -206,11 +230,14 @@ def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.
     in_context = counts > 0
     alone = [w for i, w in enumerate(words) if not in_context[i] and w not in RESERVED]
     for start in range(0, len(alone), cfg.encoder_batch):
-        encode([[w] for w in alone[start:start + cfg.encoder_batch]])
+        encode([[w] for w in alone[start : start + cfg.encoder_batch]])
     vectors = {w: (sums[i] / counts[i]).astype(np.float32) for i, w in enumerate(words) if counts[i] > 0}
-    stats = {"encoder": {"name": cfg.encoder, "path": str(path), "layer": cfg.encoder_layer,
-                         "max_len": cfg.encoder_max_len},
-             "sentences": sentences, "words_in_context": int(in_context.sum()), "words_encoded_alone": len(alone)}
+    stats = {
+        "encoder": {"name": cfg.encoder, "path": str(path), "layer": cfg.encoder_layer, "max_len": cfg.encoder_max_len},
+        "sentences": sentences,
+        "words_in_context": int(in_context.sum()),
+        "words_encoded_alone": len(alone),
+    }
     return vectors, dim, stats
 
 
@@ -230,6 +257,7 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
     vocab = Vocabulary.load(os.path.join(cfg.data, "vocab.json"))
     words = vocab.tokens
     rng = np.random.default_rng(cfg.seed)
+    lookup: Callable[[str], np.ndarray | None]
     if cfg.encoder:
         found, dim, source = encoder_vectors(cfg, words)
         lookup = found.get
@@ -238,16 +266,26 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
         wanted = set(words) | ({w.lower() for w in words} if cfg.lowercase_fallback else set())
         found, dim, in_file = load_vectors(cfg.vectors, wanted)
         source = {"vectors": os.path.abspath(cfg.vectors), "words_in_file": in_file}
-        lookup = lambda w: found.get(w, found.get(w.lower()) if cfg.lowercase_fallback else None)  # noqa: E731
+
+        def from_file(w: str) -> np.ndarray | None:
+            return found.get(w, found.get(w.lower()) if cfg.lowercase_fallback else None)
+
+        lookup = from_file
         composed = 0
     else:
         wv = train_fasttext(cfg)
         dim = cfg.dim
-        source = {"fasttext": {k: v for k, v in asdict(cfg).items() if k not in ("data", "vectors")},
-                  "trained_words": len(wv.key_to_index)}
+        source = {
+            "fasttext": {k: v for k, v in asdict(cfg).items() if k not in ("data", "vectors")},
+            "trained_words": len(wv.key_to_index),
+        }
         # fastText composes a vector for any word from its character n-grams; count the words it had to compose.
         composed = sum(w not in wv.key_to_index for w in words if w not in RESERVED)
-        lookup = lambda w: wv[w]  # noqa: E731
+
+        def composed_by_fasttext(w: str) -> np.ndarray:
+            return wv[w]
+
+        lookup = composed_by_fasttext
     matrix = rng.normal(0.0, 0.1, size=(len(words), dim)).astype(np.float32)
     covered = np.zeros(len(words), dtype=bool)
     for i, word in enumerate(words):
@@ -260,10 +298,16 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
     ordinary = np.array([w not in RESERVED for w in words])
     counts = _train_counts(cfg.data, len(words))
     missing = ordinary & ~covered
-    stats = {**source, "dim": dim, "vocab_size": len(words), "covered": int(covered.sum()),
-             "oov_words": int(missing.sum()), "oov_rate": round(float(missing.sum() / max(1, ordinary.sum())), 4),
-             "oov_token_rate": round(float(counts[missing].sum() / max(1, counts[ordinary].sum())), 4),
-             "unk_token_rate": round(float(counts[words.index(RESERVED[1])] / max(1, counts.sum())), 4)}
+    stats = {
+        **source,
+        "dim": dim,
+        "vocab_size": len(words),
+        "covered": int(covered.sum()),
+        "oov_words": int(missing.sum()),
+        "oov_rate": round(float(missing.sum() / max(1, ordinary.sum())), 4),
+        "oov_token_rate": round(float(counts[missing].sum() / max(1, counts[ordinary].sum())), 4),
+        "unk_token_rate": round(float(counts[words.index(RESERVED[1])] / max(1, counts.sum())), 4),
+    }
     if not cfg.vectors and not cfg.encoder:
         stats["composed_from_subwords"] = composed
     return matrix, stats
@@ -280,7 +324,7 @@ def write(cfg: VectorsConfig) -> dict:
     with open(f"{target}.tmp-{tag}", "wb") as f:
         np.save(f, matrix)
     os.replace(f"{target}.tmp-{tag}", target)
-    report = target[:-len(".npy")] + ".json"
+    report = target[: -len(".npy")] + ".json"
     with open(f"{report}.tmp-{tag}", "w") as f:
         json.dump(stats, f, indent=2)
     os.replace(f"{report}.tmp-{tag}", report)

@@ -2,6 +2,7 @@
 per-batch counters summed by token in a shuffle). Shared by the answer-selection pairs (`pipelines.tokenize`)
 and the reading-comprehension passages (`pipelines.passages`), each of which passes its own per-batch counter.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,9 @@ RESERVED = (PAD, UNK, SEP, CLS)  # ids 0..3 in every vocabulary
 
 def counts_table(counts: dict[str, int]) -> pa.Table:
     """A batch's token counts in the shape `build_vocabulary` sums by token."""
-    return pa.table({"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())})
+    return pa.table(
+        {"token": pa.array(list(counts), pa.string()), "count": pa.array(list(counts.values()), pa.int64())}
+    )
 
 
 @dataclass
@@ -50,16 +53,17 @@ class Vocabulary:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str) -> "Vocabulary":
+    def load(cls, path: str) -> Vocabulary:
         with open(path) as f:
             saved = json.load(f)
         return cls(saved["tokens"], saved.get("chars", list(RESERVED)))
 
     @classmethod
-    def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
+    def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> Vocabulary:
         """Most frequent first, ties by token: the same ids from the same counts on any machine."""
-        ranked = sorted(((t, n) for t, n in counts.items() if n >= min_count and t not in RESERVED),
-                        key=lambda tn: (-tn[1], tn[0]))
+        ranked = sorted(
+            ((t, n) for t, n in counts.items() if n >= min_count and t not in RESERVED), key=lambda tn: (-tn[1], tn[0])
+        )
         if max_size is not None:
             ranked = ranked[: max(0, max_size - len(RESERVED))]
         return cls(list(RESERVED) + [t for t, _ in ranked])
@@ -86,15 +90,18 @@ def given_vocabulary(cfg) -> Vocabulary:
     written with the same case folding (its manifest says) so that ids mean the same words."""
     path = os.path.join(cfg.vocab, "vocab.json") if os.path.isdir(cfg.vocab) else cfg.vocab
     if not os.path.exists(path):
-        raise FileNotFoundError(f"--vocab {cfg.vocab}: no vocab.json there (a folder written by tokenize_corpora.py, "
-                                "or its vocab.json)")
+        raise FileNotFoundError(
+            f"--vocab {cfg.vocab}: no vocab.json there (a folder written by tokenize_corpora.py, or its vocab.json)"
+        )
     manifest = os.path.join(os.path.dirname(os.path.abspath(path)), "manifest.json")
     if os.path.exists(manifest):
         with open(manifest) as f:
             lowercase = json.load(f).get("lowercase", cfg.lowercase)
         if lowercase != cfg.lowercase:
-            raise ValueError(f"--vocab {path}: written {'lower-cased' if lowercase else 'cased'}, this run is "
-                             f"{'lower-cased' if cfg.lowercase else 'cased (--cased)'}: ids would not match words")
+            raise ValueError(
+                f"--vocab {path}: written {'lower-cased' if lowercase else 'cased'}, this run is "
+                f"{'lower-cased' if cfg.lowercase else 'cased (--cased)'}: ids would not match words"
+            )
     return Vocabulary.load(path)
 
 
@@ -105,8 +112,12 @@ def vocabulary_for(train, cfg, counter) -> Vocabulary:
 def build_vocabulary(train, cfg, counter) -> Vocabulary:
     """A distributed count: per-batch counters, summed by token in a shuffle; only the result reaches the driver.
     The character vocabulary comes from the same counts (`Vocabulary.chars`)."""
-    counts = (train.map_batches(counter, batch_format="pyarrow")
-              .groupby("token", num_partitions=_partitions()).sum("count").take_all())
+    counts = (
+        train.map_batches(counter, batch_format="pyarrow")
+        .groupby("token", num_partitions=_partitions())
+        .sum("count")
+        .take_all()
+    )
     words = {r["token"]: r["sum(count)"] for r in counts}
     chars = Vocabulary.from_counts(char_counts(words), cfg.min_char_count, cfg.max_chars).tokens
     return Vocabulary(Vocabulary.from_counts(words, cfg.min_count, cfg.max_vocab).tokens, chars)

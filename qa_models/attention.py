@@ -1,6 +1,6 @@
 """Multi-head self-attention over groups: GGSA's GroupMultiHeadAttention with its per-head offsets.
 
-Xu et al., "Gated Group Self-Attention for Answer Selection" (`../shared/papers/000_d7d789b5fdf90c7c.txt`),
+Xu, Ji, Huang, Deng, Li, "Gated Group Self-Attention for Answer Selection", arXiv preprint, 2019,
 sections 3.1.1-3.1.2: Q, K, V are split into n heads, each head's sequence into groups of l consecutive words,
 and attention runs inside each group only, O(L l D) work instead of O(L^2 D). A head with offset o shifts its
 group boundaries by o words (the paper: 6 heads, l = 10, offset 0 for three heads and 5 for the others), so
@@ -12,6 +12,7 @@ Shared by GGSA and iGGSA (and the "group self-attention" ablation of their Table
 the global self-attention baseline of the same tables, and with a window the local (sliding-window)
 self-attention of their Table 3; `sinusoidal_positions` is the positional encoding of their section 2.2.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ from torch import nn
 
 def group_ids(length: int, group: int, offset: int, device=None) -> torch.Tensor:
     """The group of each position (L,) for one head."""
-    return torch.div(torch.arange(length, device=device) + (group - offset % group) % group, group,
-                     rounding_mode="floor")
+    return torch.div(
+        torch.arange(length, device=device) + (group - offset % group) % group, group, rounding_mode="floor"
+    )
 
 
 def sinusoidal_positions(length: int, dim: int, device=None) -> torch.Tensor:
@@ -68,10 +70,11 @@ class MultiHeadAttention(nn.Module):
         d = self.dim // self.heads
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, d).permute(2, 0, 3, 1, 4)  # each (B, h, L, d)
         if self.sdpa:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.allowed(mask),
-                                                 dropout_p=self.dropout if self.training else 0.0).nan_to_num(0.0)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=self.allowed(mask), dropout_p=self.dropout if self.training else 0.0
+            ).nan_to_num(0.0)
             return self.out(out.transpose(1, 2).reshape(batch, length, self.dim))  # (B, L, D)
-        scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(~self.allowed(mask), float("-inf"))  # (B,h,L,L)
+        scores = (q @ k.transpose(-1, -2) / d**0.5).masked_fill(~self.allowed(mask), float("-inf"))  # (B,h,L,L)
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         if self.training and self.dropout:
             weights = F.dropout(weights, self.dropout)
@@ -108,13 +111,13 @@ class GroupMultiHeadAttention(nn.Module):
             width = -(-(length + shift) // self.group) * self.group  # padded length, a multiple of l
             qg, kg, vg = (self._grouped(t[:, heads], shift, width) for t in (q, k, v))  # (B, h', m, l, d)
             keys = self._grouped(mask[:, None, :, None].to(x.dtype), shift, width)[..., 0].bool()  # (B,1,m,l)
-            scores = qg @ kg.transpose(-1, -2) / d ** 0.5  # (B, h', m, l, l)
+            scores = qg @ kg.transpose(-1, -2) / d**0.5  # (B, h', m, l, l)
             scores = scores.masked_fill(~keys[..., None, :], float("-inf"))
             weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a group of padding only attends to nothing
             if self.training and self.dropout:
                 weights = F.dropout(weights, self.dropout)
             grouped = (weights @ vg).view(batch, len(heads), width, d)  # (B, h', m * l, d)
-            out[:, heads] = grouped[:, :, shift:shift + length]
+            out[:, heads] = grouped[:, :, shift : shift + length]
         return self.out(out.transpose(1, 2).reshape(batch, length, self.dim))  # (B, L, D)
 
     def block_mask(self, length: int, device=None) -> torch.Tensor:

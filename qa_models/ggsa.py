@@ -1,8 +1,8 @@
 """GGSA and iGGSA, Gated Group Self-Attention for answer selection, and the baselines of their tables.
 
-Xu, Ding, Wang, Yang, Wu, Li. "Gated Group Self-Attention for Answer Selection"
-(`../shared/papers/000_d7d789b5fdf90c7c.txt`). Words are embedded (dropout on the embeddings, keep 0.7, before
-the sinusoidal positions are added, section 4.2), and a GGSA block (section 3.1.3) reads them:
+Xu, Ji, Huang, Deng, Li. "Gated Group Self-Attention for Answer Selection", arXiv preprint, 2019. Words are embedded
+(dropout on the embeddings, keep 0.7, before the sinusoidal positions are added, section 4.2), and a GGSA block
+(section 3.1.3) reads them:
 
     x_bar = mean_i x_i                                                                  (1)
     g_i   = sigmoid(W (x_i * x_bar) + b)                     the global information gate
@@ -24,8 +24,11 @@ Transformer block of section 2.1, last layer norm kept, no gate), group self-att
 gate, local (sliding-window) self-attention with and without the gate, and QA-LSTM (a shared BiLSTM encoder,
 with max-pooling or attention composition).
 """
+
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +37,15 @@ from torch import nn
 
 from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention, sinusoidal_positions
 from qa_models.encoders import word_embedding_table
-from qa_models.matching import (BiRNN, Composition, PointwiseHead, masked_mean, pairwise_hinge, similarity,
-                                with_negatives)
+from qa_models.matching import (
+    BiRNN,
+    Composition,
+    PointwiseHead,
+    masked_mean,
+    pairwise_hinge,
+    similarity,
+    with_negatives,
+)
 from qa_models.recipes import TrainingRecipe
 
 ATTENTIONS = ("group", "global", "local")
@@ -72,9 +82,18 @@ class GGSAConfig:
     pad_id: int = 0
 
     @classmethod
-    def tiny(cls) -> "GGSAConfig":
-        return cls(vocab_size=64, dim=12, heads=2, group=4, ffn_dim=24, lstm_hidden=6, mlp_hidden=8,
-                   embed_dropout=0.0, max_len=32)
+    def tiny(cls) -> GGSAConfig:
+        return cls(
+            vocab_size=64,
+            dim=12,
+            heads=2,
+            group=4,
+            ffn_dim=24,
+            lstm_hidden=6,
+            mlp_hidden=8,
+            embed_dropout=0.0,
+            max_len=32,
+        )
 
     def offsets(self) -> list[int]:
         offset = self.group // 2 if self.offset is None else self.offset
@@ -82,17 +101,24 @@ class GGSAConfig:
 
 
 PAPER_RECIPE = TrainingRecipe(
-    optimizer="rmsprop", lr=1e-4, momentum=0.9, schedule="constant", batch_size=128, epochs=5,
-    negatives="random", model_options={"embed_dropout": 0.3},
-    source="Xu et al., section 4.2: \"All models are optimized using RMSProp with momentum. Initial learning rate "
-           "is tuned among {1e-4, 5e-5, 2e-5, 1e-5}. Dropout is the main regularization way, which is performed on the "
-           "word embeddings with keep probability being 0.7 ... The training epochs are chosen to achieve the best "
-           "results on the validation set.\" insuranceQA: \"Batch size is fixed to 128\" (yahooQA: 256). Section 3.3: "
-           "\"a_i^- is a randomly selected answer irrelevant to q_i\"",
+    optimizer="rmsprop",
+    lr=1e-4,
+    momentum=0.9,
+    schedule="constant",
+    batch_size=128,
+    epochs=5,
+    negatives="random",
+    model_options={"embed_dropout": 0.3},
+    source='Xu et al., section 4.2: "All models are optimized using RMSProp with momentum. Initial learning rate '
+    "is tuned among {1e-4, 5e-5, 2e-5, 1e-5}. Dropout is the main regularization way, which is performed on the "
+    "word embeddings with keep probability being 0.7 ... The training epochs are chosen to achieve the best "
+    'results on the validation set." insuranceQA: "Batch size is fixed to 128" (yahooQA: 256). Section 3.3: '
+    '"a_i^- is a randomly selected answer irrelevant to q_i"',
     ours="momentum 0.9 and RMSProp's decay 0.99 (the paper gives neither value); lr 1e-4, the top of the paper's "
-         "grid; up to 5 epochs, the best dev checkpoint kept (the paper picks the epoch on validation); no clip",
+    "grid; up to 5 epochs, the best dev checkpoint kept (the paper picks the epoch on validation); no clip",
     deviations="300-d vectors pre-trained on the data set (insuranceQA) or GloVe (yahooQA): here fastText trained on "
-               "the data set itself (jobs/word_vectors.py), fine-tuned as the insuranceQA setting")
+    "the data set itself (jobs/word_vectors.py), fine-tuned as the insuranceQA setting",
+)
 
 
 class FeedForward(nn.Module):
@@ -112,6 +138,7 @@ class GGSABlock(nn.Module):
         dim = config.dim
         if config.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {config.attention!r}")
+        self.attention: nn.Module
         if config.attention == "group":
             self.attention = GroupMultiHeadAttention(dim, config.heads, config.group, config.offsets(), config.dropout)
         else:
@@ -152,8 +179,9 @@ class GGSA(nn.Module):
         self.objective = config.objective
         if config.objective not in ("pairwise", "pointwise"):
             raise ValueError(f"objective must be pairwise or pointwise, got {config.objective!r}")
-        self.embed = word_embedding_table(config.vocab_size, config.dim, config.pad_id, embeddings,
-                                          config.freeze_embeddings)
+        self.embed = word_embedding_table(
+            config.vocab_size, config.dim, config.pad_id, embeddings, config.freeze_embeddings
+        )
         self.embed_dropout = nn.Dropout(config.embed_dropout)
         self.projection = nn.Linear(config.dim, config.dim) if config.project else None
         if config.encoder == "lstm":
@@ -162,9 +190,11 @@ class GGSA(nn.Module):
             self.answer_lstm = None if config.shared_encoder else BiRNN(config.dim, config.lstm_hidden, "lstm")
             width = self.lstm.dim
         elif config.encoder == "ggsa":
+
             def blocks(interaction: bool) -> nn.ModuleList:
-                return nn.ModuleList(GGSABlock(config, interaction=interaction and i == config.layers - 1)
-                                     for i in range(config.layers))
+                return nn.ModuleList(
+                    GGSABlock(config, interaction=interaction and i == config.layers - 1) for i in range(config.layers)
+                )
 
             # shared: one encoder, its last block iGGSA's on the answer side; apart: the question's has none
             self.blocks = blocks(config.interaction and config.shared_encoder)
@@ -177,8 +207,9 @@ class GGSA(nn.Module):
             pairs = config.hops + 1 if config.composition == "multihop" else 1
             self.head = PointwiseHead(2 * width * pairs, config.mlp_hidden, layers=2)
 
-    def encode(self, ids: torch.Tensor, mask: torch.Tensor, question: torch.Tensor | None = None,
-               answer: bool = False) -> torch.Tensor:
+    def encode(
+        self, ids: torch.Tensor, mask: torch.Tensor, question: torch.Tensor | None = None, answer: bool = False
+    ) -> torch.Tensor:
         """Token states (B, L, width), by the answer's encoder when `answer`; `question` (B, D) turns on iGGSA's
         interaction in the last block."""
         x = self.embed_dropout(self.embed(ids))  # (B, L, D): dropout before the positions (section 4.2)
@@ -201,14 +232,16 @@ class GGSA(nn.Module):
         pairs = self.composition(h_q, q_mask, h_a, a_mask)
         if self.objective == "pointwise":
             return self.head(pairs)
-        return sum(similarity(v_q, v_a, self.config.similarity) for v_q, v_a in pairs)  # multihop: sum of hops
+        scores = [similarity(v_q, v_a, self.config.similarity) for v_q, v_a in pairs]
+        return functools.reduce(operator.add, scores)  # multihop: the sum of the hops' similarities
 
     def forward(self, question_ids, question_mask, answer_ids, answer_mask, negative_ids=None, negative_mask=None):
         """`match`; with a negative answer per row (pairwise training), the pair (sim(q, a+), sim(q, a-))."""
         if negative_ids is None:
             return self.match(question_ids, question_mask, answer_ids, answer_mask)
-        return self.match(*with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids,
-                                          negative_mask)).chunk(2)
+        return self.match(
+            *with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids, negative_mask)
+        ).chunk(2)
 
     def loss(self, output, labels: torch.Tensor) -> torch.Tensor:
         """Pointwise: cross-entropy on the labels. Pairwise: the hinge over (positive, negative) similarities,

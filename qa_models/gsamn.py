@@ -21,6 +21,7 @@ token states; here memory comes from word embeddings or any local transformer (`
 Each hop has its own W, b (the paper does not say whether hops share them). Padding is masked out of every
 softmax and of the mean, so a sequence scores the same whatever padding follows it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,20 +46,29 @@ class GSAMNConfig:
     pad_id: int = 0
 
     @classmethod
-    def tiny(cls) -> "GSAMNConfig":
+    def tiny(cls) -> GSAMNConfig:
         return cls(vocab_size=64, dim=16, hops=2, dropout=0.0, max_len=32)
 
 
 PAPER_RECIPE = TrainingRecipe(
-    optimizer="adamw", lr=1e-3, encoder_lr=5e-5, betas=(0.9, 0.999), weight_decay=0.01, schedule="warmup_linear",
-    warmup=0.1, batch_size=32, grad_clip=1.0, epochs=3,
-    source="Lai et al. 2019, section 4: \"We use the Adam optimizer with a learning rate of 5e-5, beta1 = 0.9, "
-           "beta2 = 0.999, L2 weight decay of 0.01, learning rate warmup over the first 10 percent of the total "
-           "number of training steps, and linear decay of the learning rate.\" (BERT's AdamW: decoupled decay)",
+    optimizer="adamw",
+    lr=1e-3,
+    encoder_lr=5e-5,
+    betas=(0.9, 0.999),
+    weight_decay=0.01,
+    schedule="warmup_linear",
+    warmup=0.1,
+    batch_size=32,
+    grad_clip=1.0,
+    epochs=3,
+    source='Lai et al. 2019, section 4: "We use the Adam optimizer with a learning rate of 5e-5, beta1 = 0.9, '
+    "beta2 = 0.999, L2 weight decay of 0.01, learning rate warmup over the first 10 percent of the total "
+    "number of training steps, and linear decay of the learning rate.\" (BERT's AdamW: decoupled decay)",
     ours="batch 32, 3 epochs and a gradient-norm clip of 1.0, BERT's fine-tuning defaults (the paper gives none); "
-         "lr 1e-3 where memory starts from word embeddings instead of BERT",
+    "lr 1e-3 where memory starts from word embeddings instead of BERT",
     deviations="BERT-base memory: MiniLM-L6 (--encoder-path minilm, 22M parameters) or MPNet-base (--encoder-path "
-               "mpnet-base, 110M) stands in")
+    "mpnet-base, 110M) stands in",
+)
 
 
 class GatedSelfAttention(nn.Module):
@@ -96,7 +106,7 @@ class GSAMN(nn.Module):
         self.config = config
         self.encoder = _memory_encoder(config, embeddings)
         dim = self.encoder.dim
-        self.controller = nn.Parameter(torch.randn(dim) * dim ** -0.5)  # c^0, learnable
+        self.controller = nn.Parameter(torch.randn(dim) * dim**-0.5)  # c^0, learnable
         self.hops = nn.ModuleList(GatedSelfAttention(dim) for _ in range(config.hops))
         self.dropout = nn.Dropout(config.dropout)
         self.out = nn.Linear(dim, 1)  # W_c, b_c of eq. 6
@@ -132,7 +142,7 @@ class TransformersOnTopConfig(GSAMNConfig):
     heads: int = 12
 
     @classmethod
-    def tiny(cls) -> "TransformersOnTopConfig":
+    def tiny(cls) -> TransformersOnTopConfig:
         return cls(vocab_size=64, dim=16, dropout=0.0, max_len=32, layers=2, heads=4)
 
 
@@ -152,8 +162,9 @@ class TransformersOnTop(nn.Module):
         self.encoder = _memory_encoder(config, embeddings)
         dim = self.encoder.dim
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(dim, config.heads, 4 * dim, config.dropout, activation="gelu",
-                                       batch_first=True) for _ in range(config.layers))
+            nn.TransformerEncoderLayer(dim, config.heads, 4 * dim, config.dropout, activation="gelu", batch_first=True)
+            for _ in range(config.layers)
+        )
         self.dropout = nn.Dropout(config.dropout)
         self.out = nn.Linear(dim, 1)
 
@@ -170,7 +181,7 @@ class EncoderOnlyConfig(TransformersOnTopConfig):
     layers: int = 0
 
     @classmethod
-    def tiny(cls) -> "EncoderOnlyConfig":
+    def tiny(cls) -> EncoderOnlyConfig:
         return cls(vocab_size=64, dim=16, dropout=0.0, max_len=32, layers=0, heads=4)
 
 
@@ -180,7 +191,9 @@ class EncoderOnly(TransformersOnTop):
     config_class = EncoderOnlyConfig
 
 
-def _memory_encoder(config: GSAMNConfig, embeddings: torch.Tensor | None = None) -> nn.Module:
+def _memory_encoder(
+    config: GSAMNConfig, embeddings: torch.Tensor | None = None
+) -> PretrainedTransformer | WordEmbeddings:
     if config.encoder_path:
         if embeddings is not None:
             raise ValueError("word vectors and a pretrained transformer (encoder_path) exclude each other")

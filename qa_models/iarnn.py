@@ -1,9 +1,8 @@
 """IARNN, Inner Attention based Recurrent Neural Networks for answer selection, and the OARNN and GRU baselines.
 
-Wang, Liu, Zhao. "Inner Attention based Recurrent Neural Networks for Answer Selection", ACL 2016
-(`../shared/papers/003_a754b70ac66dba92.txt`). A bidirectional GRU, shared by question and answer, reads the
-question; r_q is the average of its states. The answer is read by the same GRU with the question's attention
-put *before* the representation:
+Wang, Liu, Zhao. "Inner Attention based Recurrent Neural Networks for Answer Selection", ACL 2016. A bidirectional
+GRU, shared by question and answer, reads the question; r_q is the average of its states. The answer is read by the
+same GRU with the question's attention put *before* the representation:
 
     IARNN-WORD     alpha_t = sigmoid(r_q^T M_qi x_t),  x~_t = alpha_t x_t                              (4)
     IARNN-CONTEXT  w_C(t) = M_hc h_{t-1} + M_qc r_q,  alpha_t = sigmoid(w_C(t)^T x_t),  x~_t = alpha_t x_t (6)
@@ -24,6 +23,7 @@ common setup (section 5.2) initialises "all weights and attention matrices by fi
 values to 1" (`init="unit_spectral"`: each matrix, and each gate's block of a stacked one, divided by its
 spectral norm) and sets lambda_q = 0.05; the rest of it (Adadelta, L2, dropout) is `PAPER_RECIPE`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,24 +56,32 @@ class IARNNConfig:
     pad_id: int = 0
 
     @classmethod
-    def tiny(cls) -> "IARNNConfig":
+    def tiny(cls) -> IARNNConfig:
         return cls(vocab_size=64, embed_dim=12, hidden=8, freeze_embeddings=False, max_len=32)
 
 
 PAPER_RECIPE = TrainingRecipe(
-    optimizer="adadelta", lr=1.0, rho=0.9, eps=1e-6, l2=1e-5, schedule="constant", batch_size=16, epochs=5,
+    optimizer="adadelta",
+    lr=1.0,
+    rho=0.9,
+    eps=1e-6,
+    l2=1e-5,
+    schedule="constant",
+    batch_size=16,
+    epochs=5,
     model_options={"embed_dropout": 0.3, "init": "unit_spectral", "occam_floor": 0.05},
-    source="Wang et al. 2016, section 5.2, Common Setup: \"initiate all weights and attention matrices by fixing "
-           "their largest singular values to 1 ... IARNN-OCCAM base regulation hyper-parameter lambda_q is set to "
-           "0.05, we add L2 penalty with a coefficient of 10^-5. Dropout is further applied to every parameters with "
-           "probability 30%. We use Adadelta with rho = 0.90 to update parameters.\" WikiQA: \"batch size is set to "
-           "1\"; InsuranceQA: \"we set the batch size to 16\"",
+    source='Wang et al. 2016, section 5.2, Common Setup: "initiate all weights and attention matrices by fixing '
+    "their largest singular values to 1 ... IARNN-OCCAM base regulation hyper-parameter lambda_q is set to "
+    "0.05, we add L2 penalty with a coefficient of 10^-5. Dropout is further applied to every parameters with "
+    'probability 30%. We use Adadelta with rho = 0.90 to update parameters." WikiQA: "batch size is set to '
+    '1"; InsuranceQA: "we set the batch size to 16"',
     ours="batch 16, the paper's InsuranceQA batch: its WikiQA batch of one triplet leaves no in-batch negative to "
-         "pair with a positive here; Adadelta's scale 1.0 and eps 1e-6 (Zeiler 2012); dropout 0.3 on the word "
-         "vectors the GRU reads (\"every parameter\" read as every input); up to 5 epochs, best dev checkpoint "
-         "kept (the paper gives no count); no gradient clip",
+    "pair with a positive here; Adadelta's scale 1.0 and eps 1e-6 (Zeiler 2012); dropout 0.3 on the word "
+    'vectors the GRU reads ("every parameter" read as every input); up to 5 epochs, best dev checkpoint '
+    "kept (the paper gives no count); no gradient clip",
     deviations="100-d word2vec vectors are not available offline: fastText vectors trained on the data set itself "
-               "(jobs/word_vectors.py), fixed as the paper's")
+    "(jobs/word_vectors.py), fixed as the paper's",
+)
 
 
 class AttentiveGRUCell(nn.Module):
@@ -103,7 +111,8 @@ class AttentiveGRUCell(nn.Module):
         q_gates = self.q_gates(r_q) if self.attention == "gate" and r_q is not None else 0.0  # (B, 2h)
         context_q = self.context_q(r_q) if self.attention == "context" and r_q is not None else None  # (B, n)
         h = x.new_zeros(batch, self.hidden)
-        states, alphas = [None] * length, [None] * length
+        states: dict[int, torch.Tensor] = {}
+        alphas: dict[int, torch.Tensor] = {}
         steps = range(length - 1, -1, -1) if reverse else range(length)
         for t in steps:
             p_t = projected[:, t]  # (B, 3h)
@@ -113,12 +122,14 @@ class AttentiveGRUCell(nn.Module):
                 alphas[t] = a_t.squeeze(-1)
                 p_t = p_t * a_t
             p_t = p_t + self.bias
-            z, f = torch.sigmoid(p_t[:, :2 * self.hidden] + self.h_gates(h) + q_gates).chunk(2, dim=-1)
-            candidate = torch.tanh(p_t[:, 2 * self.hidden:] + self.h_candidate(f * h))  # (B, h)
+            z, f = torch.sigmoid(p_t[:, : 2 * self.hidden] + self.h_gates(h) + q_gates).chunk(2, dim=-1)
+            candidate = torch.tanh(p_t[:, 2 * self.hidden :] + self.h_candidate(f * h))  # (B, h)
             h = torch.where(mask[:, t, None], (1 - z) * h + z * candidate, h)  # padding leaves h as it was
             states[t] = h
-        out = torch.stack(states, 1) * mask[..., None].to(x.dtype)  # (B, L, h)
-        return out, (torch.stack(alphas, 1) * mask.to(x.dtype) if context_q is not None else None)
+        out = torch.stack([states[t] for t in range(length)], 1) * mask[..., None].to(x.dtype)  # (B, L, h)
+        if context_q is None:
+            return out, None
+        return out, torch.stack([alphas[t] for t in range(length)], 1) * mask.to(x.dtype)
 
 
 class IARNN(nn.Module):
@@ -132,8 +143,9 @@ class IARNN(nn.Module):
         if config.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {config.attention!r}")
         self.config = config
-        self.embed = word_embedding_table(config.vocab_size, config.embed_dim, config.pad_id, embeddings,
-                                          config.freeze_embeddings)
+        self.embed = word_embedding_table(
+            config.vocab_size, config.embed_dim, config.pad_id, embeddings, config.freeze_embeddings
+        )
         self.embed_dropout = nn.Dropout(config.embed_dropout)
         width = 2 * config.hidden
         self.forward_cell = AttentiveGRUCell(config.embed_dim, config.hidden, width, config.attention)
@@ -182,8 +194,9 @@ class IARNN(nn.Module):
         """Similarities (B,); with a negative answer per row (training), (sim+, sim-, Occam penalties)."""
         if negative_ids is None:
             return self.match(question_ids, question_mask, answer_ids, answer_mask)[0]
-        sims, penalty = self.match(*with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids,
-                                                   negative_mask))
+        sims, penalty = self.match(
+            *with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids, negative_mask)
+        )
         positive, negative = sims.chunk(2)
         return positive, negative, sum(penalty.chunk(2))
 
@@ -191,8 +204,9 @@ class IARNN(nn.Module):
         """Eq. 9 (plus eq. 8's penalty for both answers of a triplet); `labels` weight the rows."""
         positive, negative, penalty = output
         weight = labels.to(positive.dtype)
-        return pairwise_hinge(positive, negative, weight, self.config.margin) + \
-            (penalty * weight).sum() / weight.sum().clamp_min(1.0)
+        return pairwise_hinge(positive, negative, weight, self.config.margin) + (
+            penalty * weight
+        ).sum() / weight.sum().clamp_min(1.0)
 
     @staticmethod
     def score(output: torch.Tensor) -> torch.Tensor:

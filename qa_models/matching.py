@@ -1,7 +1,7 @@
 """What sits on top of a siamese answer-selection encoder: composition of token states into vectors, similarity,
 and the pairwise and pointwise objectives. Shared by GGSA/iGGSA, QA-LSTM and IARNN.
 
-Composition modules (GGSA paper, `../shared/papers/000_d7d789b5fdf90c7c.txt`, section 3.3):
+Composition modules (Xu, Ji, Huang, Deng, Li, "Gated Group Self-Attention for Answer Selection", 2019, section 3.3):
 - max-pooling over real tokens (QA-LSTM, Tan et al. 2016);
 - attention: the answer's states weighted by their match with the question vector,
   m(t) = tanh(W_a h_a(t) + W_q o_q), s(t) = softmax_t(w^T m(t)) (Tan et al.'s eq. 9-11), and summed,
@@ -16,6 +16,7 @@ Pairwise objective: max(0, margin - sim(q, a+) + sim(q, a-)) with cosine (margin
 et al. 2015, the IARNN paper's option); the negative a- of each positive comes from `batching.triplet_batch`.
 Pointwise objective: an MLP over [v_q, v_a] and a 2-class softmax, cross-entropy.
 """
+
 from __future__ import annotations
 
 import torch
@@ -140,8 +141,12 @@ def similarity(q: torch.Tensor, a: torch.Tensor, kind: str = "cosine") -> torch.
 def with_negatives(question_ids, question_mask, answer_ids, answer_mask, negative_ids, negative_mask):
     """The question twice, over its answer and then its negative (both padded alike by
     `batching.triplet_batch`): one pass scores both; `.chunk(2)` on the result splits them again."""
-    return (question_ids.repeat(2, 1), question_mask.repeat(2, 1), torch.cat([answer_ids, negative_ids]),
-            torch.cat([answer_mask, negative_mask]))
+    return (
+        question_ids.repeat(2, 1),
+        question_mask.repeat(2, 1),
+        torch.cat([answer_ids, negative_ids]),
+        torch.cat([answer_mask, negative_mask]),
+    )
 
 
 def pairwise_hinge(positive: torch.Tensor, negative: torch.Tensor, weight: torch.Tensor, margin: float) -> torch.Tensor:

@@ -12,12 +12,13 @@ Ranking conventions, written down because published numbers depend on them:
   `policy="strict"` also skips all-positive questions (the TrecQA "clean" dev/test convention);
   `policy="raw"` keeps every question, scoring those with no positive as 0.
 """
+
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -49,8 +50,15 @@ def reciprocal_rank(ranked_labels: Sequence[int]) -> float:
     return float(1.0 / (np.argmax(ranked) + 1)) if ranked.any() else 0.0
 
 
-def per_question_ranking(qids: Iterable, labels: Iterable, scores: Iterable, policy: str = "clean",
-                         ties: str = "pessimistic", seed: int = 0, ids: Iterable | None = None) -> list[dict]:
+def per_question_ranking(
+    qids: Iterable,
+    labels: Iterable,
+    scores: Iterable,
+    policy: str = "clean",
+    ties: str = "pessimistic",
+    seed: int = 0,
+    ids: Iterable | None = None,
+) -> list[dict]:
     """One record per question, in qid order: `qid`, `ap`, `rr`, `p@1`, `candidates`, `positives`, `ranking`
     (candidate indices, or `ids`, from best to worst, ties broken by `ties`) and `skipped` (None, or why the
     policy leaves the question out; such questions carry no ap/rr/p@1)."""
@@ -68,12 +76,22 @@ def per_question_ranking(qids: Iterable, labels: Iterable, scores: Iterable, pol
     for qid in sorted(groups, key=str):
         lab, sco = (np.asarray(x) for x in groups[qid][:2])
         positives = int((lab > 0).sum())
-        skipped = ("no_positive" if positives == 0 and policy != "raw" else
-                   "only_positive" if positives == len(lab) and policy == "strict" else None)
+        skipped = (
+            "no_positive"
+            if positives == 0 and policy != "raw"
+            else "only_positive"
+            if positives == len(lab) and policy == "strict"
+            else None
+        )
         # Skipped questions draw nothing from `rng`, so random tie-breaks do not depend on them.
         order = _order(lab, sco, "pessimistic" if skipped else ties, rng)
-        record = {"qid": qid, "candidates": len(lab), "positives": positives, "skipped": skipped,
-                  "ranking": [groups[qid][2][i] for i in order]}
+        record = {
+            "qid": qid,
+            "candidates": len(lab),
+            "positives": positives,
+            "skipped": skipped,
+            "ranking": [groups[qid][2][i] for i in order],
+        }
         if not skipped:
             ranked = lab[order]
             record.update({"ap": average_precision(ranked), "rr": reciprocal_rank(ranked), "p@1": float(ranked[0] > 0)})
@@ -89,13 +107,18 @@ def summarise_ranking(records: list[dict]) -> dict:
         if r["skipped"]:
             skipped[r["skipped"]] += 1
     n = len(kept)
-    return {"map": float(np.mean([r["ap"] for r in kept])) if n else 0.0,
-            "mrr": float(np.mean([r["rr"] for r in kept])) if n else 0.0,
-            "p@1": float(np.mean([r["p@1"] for r in kept])) if n else 0.0, "questions": n, "skipped": skipped}
+    return {
+        "map": float(np.mean([r["ap"] for r in kept])) if n else 0.0,
+        "mrr": float(np.mean([r["rr"] for r in kept])) if n else 0.0,
+        "p@1": float(np.mean([r["p@1"] for r in kept])) if n else 0.0,
+        "questions": n,
+        "skipped": skipped,
+    }
 
 
-def ranking_metrics(qids: Iterable, labels: Iterable, scores: Iterable, policy: str = "clean",
-                    ties: str = "pessimistic", seed: int = 0) -> dict:
+def ranking_metrics(
+    qids: Iterable, labels: Iterable, scores: Iterable, policy: str = "clean", ties: str = "pessimistic", seed: int = 0
+) -> dict:
     """MAP, MRR and P@1 over questions, with the counts of questions evaluated and skipped."""
     return summarise_ranking(per_question_ranking(qids, labels, scores, policy, ties, seed))
 

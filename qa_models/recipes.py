@@ -11,6 +11,7 @@ Where a paper is silent, a field holds our choice and `ours` says which fields t
 machine cannot follow the paper (word2vec or GloVe vectors are not available offline), `deviations` says so, and
 the results report prints both.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -55,7 +56,7 @@ class TrainingRecipe:
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must lie in [0, 1), got {self.ema_decay}")
 
-    def with_overrides(self, **given) -> "TrainingRecipe":
+    def with_overrides(self, **given) -> TrainingRecipe:
         """This recipe with every field of `given` that is not None replaced (the flags a user gave)."""
         return replace(self, **{k: v for k, v in given.items() if v is not None})
 
@@ -66,10 +67,18 @@ class TrainingRecipe:
 # What every model trained with before the papers' recipes were written down: GSAMN's optimiser and schedule at
 # the word-embedding rate. `--recipe uniform` trains any model this way.
 UNIFORM = TrainingRecipe(
-    optimizer="adamw", lr=1e-3, encoder_lr=5e-5, weight_decay=0.01, schedule="warmup_linear", warmup=0.1,
-    batch_size=32, grad_clip=1.0, epochs=1,
+    optimizer="adamw",
+    lr=1e-3,
+    encoder_lr=5e-5,
+    weight_decay=0.01,
+    schedule="warmup_linear",
+    warmup=0.1,
+    batch_size=32,
+    grad_clip=1.0,
+    epochs=1,
     source="the project's single recipe before the papers' own (GSAMN's optimiser and schedule)",
-    ours="lr 1e-3 for word embeddings (5e-5 with a pretrained encoder); gradient clip 1.0")
+    ours="lr 1e-3 for word embeddings (5e-5 with a pretrained encoder); gradient clip 1.0",
+)
 
 RECIPE_NAMES = ("paper", "uniform")
 

@@ -12,11 +12,12 @@
 Both use the evaluation's question policy (qa_models/metrics.py), so they cover exactly the questions a model's
 dev figures cover.
 """
+
 from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -36,8 +37,9 @@ def expected_random(candidates: int, positives: int) -> dict:
 
 def random_ranking(records: list[dict]) -> dict:
     """Expected MAP/MRR/P@1 of a random ranking over the questions `per_question_ranking` kept."""
-    expected = [dict(r, **expected_random(r["candidates"], r["positives"])) if r["skipped"] is None else r
-                for r in records]
+    expected = [
+        dict(r, **expected_random(r["candidates"], r["positives"])) if r["skipped"] is None else r for r in records
+    ]
     return summarise_ranking(expected)
 
 
@@ -52,10 +54,12 @@ def word_overlap_scores(question_ids: Sequence[Sequence[int]], answer_ids: Seque
     return np.array([sum(idf[t] for t in set(q) if t in a) for q, a in zip(question_ids, answers)], dtype=np.float64)
 
 
-def reference_rankings(qids: Iterable, labels: Iterable, question_ids: Sequence, answer_ids: Sequence,
-                       policy: str = "clean", seed: int = 0) -> dict:
+def reference_rankings(
+    qids: Iterable, labels: Iterable, question_ids: Sequence, answer_ids: Sequence, policy: str = "clean", seed: int = 0
+) -> dict:
     """{"random": ..., "word_overlap": ...}: each MAP, MRR, P@1 and the questions they cover."""
     qids, labels = list(qids), list(labels)
-    overlap = per_question_ranking(qids, labels, word_overlap_scores(question_ids, answer_ids), policy,
-                                   ties="random", seed=seed)
+    overlap = per_question_ranking(
+        qids, labels, word_overlap_scores(question_ids, answer_ids), policy, ties="random", seed=seed
+    )
     return {"random": random_ranking(overlap), "word_overlap": summarise_ranking(overlap)}

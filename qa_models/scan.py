@@ -20,12 +20,12 @@ padded z gets no gradient): `masked_forget` does that.
 
 On CPU the same two loops run as a small C kernel (`forget_mult.c`: one pass over memory per direction, rows of
 the batch split over threads), compiled once per machine with the system's C compiler into a cache folder
-(`QA_MODELS_CACHE`, default ~/.cache/qa_models). `python bench/encoders.py`, batch 64, length 400, width 256, 2
-cores: forward+backward in 43 ms with the kernel, 64 ms with the torch loop, 79 ms with the definition under
-autograd; the kernel moves nine (B, L, d) arrays through memory at 5.4 GB/s, and in CTRN, which runs four
-recurrences per pair, it is 14% of a training step. Where no compiler is found, or with `QA_MODELS_NATIVE=0`, the
-torch loop runs instead, with a warning. On GPUs the torch loop runs: each step is two fused elementwise kernels.
+(`QA_MODELS_CACHE`, default ~/.cache/qa_models): one pass over nine (B, L, d) arrays, bound by memory bandwidth;
+`python bench/encoders.py` times it against the torch loop and the definition under autograd. Where no
+compiler is found, or with `QA_MODELS_NATIVE=0`, the torch loop runs instead, with a warning. On GPUs the torch
+loop runs: each step is two fused elementwise kernels.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,7 +37,9 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
@@ -56,8 +58,9 @@ def _compile(compiler: str) -> str:
     with open(_SOURCE, "rb") as f:
         source = f.read()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(_FLAGS).encode(),
-                                      platform.machine().encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join([source, version.encode(), " ".join(_FLAGS).encode(), platform.machine().encode()])
+    ).hexdigest()[:16]
     cache = os.environ.get("QA_MODELS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "qa_models")
     target = os.path.join(cache, f"forget_mult-{key}.so")
     if not os.path.exists(target):
@@ -89,12 +92,12 @@ def _load_library():
         return None
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
-        warnings.warn("forget_mult: no C compiler found (set CC); QRNN/CTRN use the slower torch loop")
+        warnings.warn("forget_mult: no C compiler found (set CC); QRNN/CTRN use the slower torch loop", stacklevel=2)
         return None
     try:
         library = ctypes.CDLL(_compile(compiler))
     except (OSError, RuntimeError) as error:
-        warnings.warn(f"forget_mult: the C kernel could not be built ({error}); using the torch loop")
+        warnings.warn(f"forget_mult: the C kernel could not be built ({error}); using the torch loop", stacklevel=2)
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     for name in ("forget_mult_f32", "forget_mult_f64"):
@@ -113,7 +116,7 @@ def _native_for(*tensors: torch.Tensor):
     return "forget_mult_f32" if dtype == torch.float32 else "forget_mult_f64"
 
 
-def _over_rows(function, rows: int, elements: int, *arguments) -> None:
+def _over_rows(function: Callable[..., None], rows: int, elements: int, *arguments: Any) -> None:
     """`function(*arguments, row_begin, row_end)` over the batch rows, split across torch's intra-op thread
     count (ctypes releases the GIL during each call). Small inputs stay on one thread."""
     global _pool
@@ -124,7 +127,9 @@ def _over_rows(function, rows: int, elements: int, *arguments) -> None:
     if _pool is None or _pool[0] != os.getpid():
         _pool = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="forget_mult"))
     bounds = [rows * i // threads for i in range(threads + 1)]
-    for future in [_pool[1].submit(function, *arguments, bounds[i], bounds[i + 1]) for i in range(threads)]:
+    pool = _pool[1]
+    futures = [pool.submit(function, *arguments, bounds[i], bounds[i + 1]) for i in range(threads)]
+    for future in futures:
         future.result()
 
 
@@ -141,8 +146,17 @@ class _ForgetMult(torch.autograd.Function):
         native = _native_for(f, z, c0) if kernel != "torch" else None
         ctx.native = native
         if native is not None:
-            _over_rows(getattr(native_library(), f"{native}_forward"), f.size(0), f.numel(),
-                       f.data_ptr(), z.data_ptr(), c0.data_ptr(), c.data_ptr(), f.size(1), f.size(2))
+            _over_rows(
+                getattr(native_library(), f"{native}_forward"),
+                f.size(0),
+                f.numel(),
+                f.data_ptr(),
+                z.data_ptr(),
+                c0.data_ptr(),
+                c.data_ptr(),
+                f.size(1),
+                f.size(2),
+            )
             ctx.save_for_backward(f, z, c0, c)
             return c
         scratch = torch.empty_like(c0)  # (B, d)
@@ -162,9 +176,21 @@ class _ForgetMult(torch.autograd.Function):
         if ctx.native is not None:
             grad_c = grad_c.contiguous()
             carry = torch.empty_like(c0)
-            _over_rows(getattr(native_library(), f"{ctx.native}_backward"), f.size(0), f.numel(),
-                       f.data_ptr(), z.data_ptr(), c0.data_ptr(), c.data_ptr(), grad_c.data_ptr(), grad_f.data_ptr(),
-                       grad_z.data_ptr(), carry.data_ptr(), f.size(1), f.size(2))
+            _over_rows(
+                getattr(native_library(), f"{ctx.native}_backward"),
+                f.size(0),
+                f.numel(),
+                f.data_ptr(),
+                z.data_ptr(),
+                c0.data_ptr(),
+                c.data_ptr(),
+                grad_c.data_ptr(),
+                grad_f.data_ptr(),
+                grad_z.data_ptr(),
+                carry.data_ptr(),
+                f.size(1),
+                f.size(2),
+            )
             return grad_f, grad_z, carry, None
         carry = torch.zeros_like(c0)  # f_{t+1} * dc_{t+1}
         dc = torch.empty_like(c0)

@@ -4,6 +4,7 @@ one line naming the option before any work starts.
 
 `UsageError` is what a job reports with exit code 2 (a wrong option, a missing or refused path); failures of the
 work itself (a malformed row, a worker that died) exit with 1."""
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ it (the job's own, a Ray Data task, a Ray Train worker), and the whole traceback
 Exit codes, the same in every job: 2 for a usage error (an option or path refused before any work:
 `runtime.checks.UsageError`), 1 for a failure of the work itself. Secrets in URLs (`key=`, `access_token=`) are
 scrubbed from the line and the log."""
+
 from __future__ import annotations
 
 import os
@@ -31,11 +32,11 @@ def unwrap(error: BaseException) -> BaseException:
         if failures:
             error = failures[min(failures)]
             continue
-        if isinstance(getattr(error, "_base_exc", None), BaseException):  # Ray Train's wrapper of a worker's error
-            error = error._base_exc
+        base = getattr(error, "_base_exc", None)  # Ray Train's wrapper of a worker's error
+        if isinstance(base, BaseException):
+            error = base
             continue
-        cause = (getattr(error, "controller_failure", None) or getattr(error, "cause", None)
-                 or error.__cause__)
+        cause = getattr(error, "controller_failure", None) or getattr(error, "cause", None) or error.__cause__
         if not isinstance(cause, BaseException):
             break
         error = cause

@@ -4,6 +4,7 @@ Under `ray job submit` (RAY_ADDRESS is set) a job joins the cluster; run directl
 instance and shuts it down on exit. `ray stop` would kill every Ray process on the machine, so it is never
 used.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +12,6 @@ import logging
 import os
 import socket
 import sys
-
 
 # Memory allocators for Ray workers. With Arrow's default (mimalloc) and glibc's arena per thread, a worker
 # that has run a few large tasks keeps their memory while idle: measured on a 500k-post StackExchangeQA build
@@ -34,10 +34,9 @@ def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
     The raylet kills a worker idle for a second once the node runs more workers than
     `num_workers_soft_limit` (its CPUs by default). A Ray Data hash shuffle starts up to one aggregator actor per
     CPU, each in a process of its own, so during every shuffle the task workers (which have imported Ray Data,
-    Arrow and our stages, 1-2 s of CPU each) were killed, and the stages after it ran on cold ones. Twice the CPUs
-    (task workers plus aggregators) keeps them: measured on a 100k-post StackExchangeQA build
-    (bench/stackexchangeqa.py, 3 runs each, in turn), 40-43 s against 63-67 s, for heaps of 1.8-1.9 GB against
-    1.4 GB (the warm workers' imports and caches).
+    Arrow and our stages, seconds of CPU each) were killed, and the stages after it ran on cold ones. Twice the CPUs
+    (task workers plus aggregators) keeps them, at the cost of the warm workers' imports and caches in memory
+    (bench/stackexchangeqa.py measures both; docs/bench/stackexchangeqa-warm-workers*.json).
 
     The raylet also warns, on the driver's console, once its workers outnumber four times its worker start-up
     concurrency (its CPUs by default): "8 PYTHON worker processes have been started ... 4x the maximum expected
@@ -45,8 +44,11 @@ def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
     controller and worker, Ray Data's read and split actors). The start-up concurrency follows the worker pool
     that this project expects, twice the CPUs, so the warning is kept for a real runaway."""
     cpus = num_cpus or os.cpu_count() or 1
-    return {**LOCAL_RAY_ENV, "RAY_num_workers_soft_limit": str(2 * cpus),
-            "RAY_worker_maximum_startup_concurrency": str(2 * cpus)}
+    return {
+        **LOCAL_RAY_ENV,
+        "RAY_num_workers_soft_limit": str(2 * cpus),
+        "RAY_worker_maximum_startup_concurrency": str(2 * cpus),
+    }
 
 
 def worker_env() -> dict[str, str]:
@@ -130,7 +132,7 @@ def _quiet_ray_data_logging() -> None:
     import yaml
     from ray.data._internal import logging as data_logging
 
-    config = copy.deepcopy(data_logging.DEFAULT_CONFIG)
+    config: dict = copy.deepcopy(data_logging.DEFAULT_CONFIG)
     config["handlers"]["console"]["level"] = "WARNING"
     # To the file only: the progress-bar notice, and a failed task's traceback (the job ends with one line
     # naming the error and the file that holds the whole traceback).
@@ -154,8 +156,10 @@ class TaskErrorFilter(logging.Filter):
     Ray Data's log file keeps the record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno >= logging.ERROR
-                    and str(record.msg).startswith("An exception was raised from a task of operator"))
+        return not (
+            record.levelno >= logging.ERROR
+            and str(record.msg).startswith("An exception was raised from a task of operator")
+        )
 
 
 @contextlib.contextmanager
@@ -183,8 +187,9 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
         if os.environ.get("RAY_ADDRESS"):
             # Ray merges this with the submitted job's runtime env; worker_env() leaves out what the job set,
             # so the two never conflict.
-            ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING,
-                     runtime_env={"env_vars": worker_env()})
+            ray.init(
+                address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING, runtime_env={"env_vars": worker_env()}
+            )
         else:
             if quiet:  # Ray turns token authentication on for a new local instance (its default) and says so
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)

@@ -5,6 +5,7 @@ worker of the cluster reaches and which lives as long as the driver's head node)
 No process of its own: a request costs one key, and rank 0 reads it at most once a second (a GCS round trip of
 about a millisecond). The training loop decides what the request means (training/loop.py: a checkpoint at the
 next step, then every worker stops)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ import signal
 import threading
 import time
 import uuid
+from typing import Any
 
 NAMESPACE = "qa-at-scale-stop"
 
@@ -37,7 +39,8 @@ class StopWatch:
     """The worker's view of its run's stop request: read at most once every `every` seconds."""
 
     def __init__(self, key: str | None, every: float = 1.0):
-        self.key, self.every, self.read_at, self.reason = key, every, 0.0, None
+        self.key, self.every, self.read_at = key, every, 0.0
+        self.reason: str | None = None
 
     def requested(self) -> str | None:
         """The signal's name ("SIGINT", "SIGTERM") once the driver received one, else None."""
@@ -51,7 +54,7 @@ class StopWatch:
         return self.reason
 
 
-def fit_until_signalled(trainer, key: str, log) -> tuple[object, str | None]:
+def fit_until_signalled(trainer, key: str, log) -> tuple[Any, str | None]:
     """`trainer.fit()`, with SIGINT and SIGTERM turned into a stop request under `key`: the workers save a
     checkpoint at their next step and return. A second signal stops at once, without one (KeyboardInterrupt, its
     `signum` set). Returns (result, the first signal's name or None).
@@ -73,7 +76,7 @@ def fit_until_signalled(trainer, key: str, log) -> tuple[object, str | None]:
         name = signal.Signals(signum).name
         if received:
             stop_now = KeyboardInterrupt(f"{name} again: stopped without a checkpoint")
-            stop_now.signum = signum
+            stop_now.signum = signum  # type: ignore[attr-defined]  # the exit status the job gives (128 + signum)
             raise stop_now
         received.append(name)
         log(f"[train] {name}: saving a checkpoint at the next step, then stopping ({name} again stops at once)")

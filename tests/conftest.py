@@ -1,4 +1,5 @@
 """Shared fixtures: the real data in ../shared/data, one local Ray per session, a loopback HTTP server."""
+
 from __future__ import annotations
 
 import logging
@@ -25,6 +26,15 @@ def beer_dump(shared_data) -> str:
     if not os.path.exists(path):
         pytest.skip(f"{path} not found")
     return path
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """A test that uses the session's Ray (`ray_local`, directly or through another fixture) is a `ray` test, so
+    `make test-fast` (-m "not ray and not slow") leaves it out; tests that start Ray in a job they run carry the
+    mark themselves."""
+    for item in items:
+        if "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="session")
@@ -81,20 +91,45 @@ def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("tra
     words = list(RESERVED) + ["beer", "stout", "hops", "yeast", "malt", "porter"]
     os.makedirs(folder, exist_ok=True)
     Vocabulary(words).save(os.path.join(folder, "vocab.json"))
-    manifest = {"dataset": "tiny", "schema": "tokenised_pairs", "vocab": "vocab.json", "vocab_size": len(words),
-                "char_vocab_size": len(RESERVED), "vocab_sha256": sha256_file(os.path.join(folder, "vocab.json")),
-                "splits": {}}
-    for number, split in enumerate(splits):
-        rows = [{"qid": f"{split}-q{q}", "aid": f"{split}-q{q}-a{a}", "label": int(a == 0),
-                 "question": "which beer", "answer": "a stout" if a == 0 else "some malt",
-                 "question_ids": [4 + q % 3, 5], "answer_ids": [5 + a % 4, 8, 9]}
-                for q in range(questions) for a in range(candidates)]
+    manifest = {
+        "dataset": "tiny",
+        "schema": "tokenised_pairs",
+        "vocab": "vocab.json",
+        "vocab_size": len(words),
+        "char_vocab_size": len(RESERVED),
+        "vocab_sha256": sha256_file(os.path.join(folder, "vocab.json")),
+        "splits": {},
+    }
+    for split in splits:
+        rows = [
+            {
+                "qid": f"{split}-q{q}",
+                "aid": f"{split}-q{q}-a{a}",
+                "label": int(a == 0),
+                "question": "which beer",
+                "answer": "a stout" if a == 0 else "some malt",
+                "question_ids": [4 + q % 3, 5],
+                "answer_ids": [5 + a % 4, 8, 9],
+            }
+            for q in range(questions)
+            for a in range(candidates)
+        ]
         os.makedirs(os.path.join(folder, split), exist_ok=True)
         path = os.path.join(folder, split, "part-00000.parquet")
         write_parquet_atomically(path, TOKENISED_PAIRS, [pa.Table.from_pylist(rows, TOKENISED_PAIRS)])
-        manifest["splits"][split] = {"questions": questions, "rows": len(rows), "positive": questions,
-                                     "files": [{"path": f"{split}/part-00000.parquet", "rows": len(rows),
-                                                "bytes": os.path.getsize(path), "sha256": sha256_file(path)}]}
+        manifest["splits"][split] = {
+            "questions": questions,
+            "rows": len(rows),
+            "positive": questions,
+            "files": [
+                {
+                    "path": f"{split}/part-00000.parquet",
+                    "rows": len(rows),
+                    "bytes": os.path.getsize(path),
+                    "sha256": sha256_file(path),
+                }
+            ],
+        }
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return folder

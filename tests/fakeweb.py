@@ -7,6 +7,7 @@
 A `Reply` can be slow (`delay`), reset the connection (`reset=True`), or promise more bytes than it sends
 (`truncate=True`). Files served with `ranges=True` honour `Range: bytes=N-` (206), as download mirrors do.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -32,7 +33,7 @@ class Reply:
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def do_GET(self):
         server = self.server
         with server.lock:
             server.log.append((time.time(), self.path, dict(self.headers)))
@@ -59,7 +60,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             headers["Accept-Ranges"] = "bytes"
             wanted = self.headers.get("Range", "")
             if wanted.startswith("bytes=") and wanted.endswith("-"):
-                start = int(wanted[len("bytes="):-1])
+                start = int(wanted[len("bytes=") : -1])
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
                 body, status = body[start:], 206
         if not reply.truncate:

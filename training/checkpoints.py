@@ -7,6 +7,7 @@ Checkpoints are data, never code: state.pt is read with `torch.load(weights_only
 object but tensors and plain containers, and every load first checks the files against checksums.json. A damaged
 checkpoint (a truncated upload, a flipped bit, a file missing) is reported by name; a resume falls back to the
 newest intact checkpoint before it (`usable_checkpoint`)."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,10 @@ def resolve_checkpoint(path: str, which: str = "best") -> str:
     if "://" in path or os.path.exists(os.path.join(path, STATE_FILE)):
         return path
     if not os.path.exists(os.path.join(path, "checkpoint_manager_snapshot.json")):
-        raise MissingInput(f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
-                                "(no checkpoint_manager_snapshot.json)")
+        raise MissingInput(
+            f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
+            "(no checkpoint_manager_snapshot.json)"
+        )
     result = run_result(path)
     scored = scored_checkpoints(result)
     if which == "latest" or not scored:
@@ -105,6 +108,8 @@ def _read_json(file: str, path: str) -> dict:
 def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
     """The checkpoint --init-from names and its model config, after checking it fits this run: the same model
     and, for word-id models, the same vocabulary (by checksum) as --data."""
+    if not cfg.init_from:
+        raise ValueError("pretrained_config needs --init-from")
     path = resolve_checkpoint(cfg.init_from, "best")
     summary = checkpoint_summary(path)
     trained = summary["train"]["model"]
@@ -115,11 +120,15 @@ def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
         raise CheckpointError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
     ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
     if not config.get("encoder_path") and ours and theirs and ours != theirs:
-        raise UsageError(f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
-                              f"tokenise {cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}")
+        raise UsageError(
+            f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
+            f"tokenise {cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}"
+        )
     if not config.get("encoder_path") and summary.get("vocab_size") != manifest.get("vocab_size"):
-        raise UsageError(f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
-                              f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab")
+        raise UsageError(
+            f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
+            f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab"
+        )
     return path, config
 
 
@@ -135,8 +144,11 @@ def write_checkpoint(directory: str, state: dict, summary: dict) -> None:
 
 def write_checksums(directory: str) -> None:
     """checksums.json: the sha256 of every other file of the checkpoint folder `directory` (written last)."""
-    files = sorted(name for name in os.listdir(directory)
-                   if name != CHECKSUMS_FILE and os.path.isfile(os.path.join(directory, name)))
+    files = sorted(
+        name
+        for name in os.listdir(directory)
+        if name != CHECKSUMS_FILE and os.path.isfile(os.path.join(directory, name))
+    )
     with open(os.path.join(directory, CHECKSUMS_FILE), "w") as f:
         json.dump({"sha256": {name: sha256_file(os.path.join(directory, name)) for name in files}}, f, indent=1)
 
@@ -182,8 +194,10 @@ def load_state_file(file: str, mmap: bool = False) -> dict:
         # then a link; the middle is the part that names the object
         found = re.search(r"(?i)(unsupported (?:global|operand)\s+\S+)", str(error))
         what = found.group(1) if found else "an object outside weights_only's allowed types"
-        raise CheckpointError(f"{file}: refused: it holds Python objects beyond tensors and plain containers, "
-                              f"which loading would run as code ({what})") from None
+        raise CheckpointError(
+            f"{file}: refused: it holds Python objects beyond tensors and plain containers, "
+            f"which loading would run as code ({what})"
+        ) from None
     except (RuntimeError, EOFError, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"{file}: damaged ({first[:160]})") from None
@@ -241,7 +255,7 @@ def usable_checkpoint(path: str, log=None) -> str:
         return step <= limit if limit >= 0 else other.rstrip("/").rsplit("/", 1)[-1] < name
 
     candidates = [path] + [p for step, p in newest if p.rstrip("/") != path.rstrip("/") and older(step, p)]
-    damaged = []
+    damaged: list[str] = []
     for candidate in candidates:
         with ray.train.Checkpoint(candidate).as_directory() as directory:
             problem = checkpoint_problem(directory)
@@ -257,8 +271,10 @@ def usable_checkpoint(path: str, log=None) -> str:
         damaged.append(f"{candidate}: {problem}")
         if log:
             log(f"[train] damaged checkpoint {candidate}: {problem}")
-    raise CheckpointError(f"every checkpoint of {run} is damaged ({'; '.join(damaged[:3])}); remove the run folder "
-                          "or train under another --name")
+    raise CheckpointError(
+        f"every checkpoint of {run} is damaged ({'; '.join(damaged[:3])}); remove the run folder "
+        "or train under another --name"
+    )
 
 
 def load_pretrained(model, path: str) -> None:
@@ -275,8 +291,9 @@ def run_dir(cfg: TrainConfig) -> str:
 
 
 def publish(local_path: str, destination: str) -> None:
-    """Put a finished local file or folder at `destination` (a path or a pyarrow filesystem URI) so that it
-    appears whole: a rename on local and shared file systems, one upload per file on object storage."""
+    """Put a finished local file at `destination` (a path or a pyarrow filesystem URI), or a folder on object
+    storage, so that it appears whole: a rename on local and shared file systems, one upload per file on object
+    storage."""
     import shutil
 
     import pyarrow.fs
@@ -285,12 +302,8 @@ def publish(local_path: str, destination: str) -> None:
         filesystem, path = pyarrow.fs.FileSystem.from_uri(destination)
         pyarrow.fs.copy_files(local_path, path, destination_filesystem=filesystem)
         return
-    if os.path.isdir(local_path):
-        from pipelines.atomic import staged_dir
-
-        with staged_dir(destination) as staging:
-            shutil.copytree(local_path, staging, dirs_exist_ok=True)
-        return
+    if os.path.isdir(local_path):  # folders are written in place on local storage (training.progress.Scalars)
+        raise ValueError(f"publish: {local_path} is a folder; only object storage takes one (got {destination})")
     os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
     staged = f"{destination}.partial-{os.getpid()}"
     shutil.copyfile(local_path, staged)
@@ -305,16 +318,18 @@ def load_checkpoint(directory: str, device):
     """(model in eval mode, TrainConfig, state, config.json) of a jobs/train.py checkpoint."""
     import ray.train
 
-    from training.config import TrainConfig
     from qa_models import MODELS
+    from training.config import TrainConfig
 
     with ray.train.Checkpoint(directory).as_directory() as local:
         _verify_or_raise(local, directory)
         summary = _read_json(os.path.join(local, CONFIG_FILE), directory)
         state = load_state_file(os.path.join(local, STATE_FILE))
     if "model_config" not in summary:
-        raise CheckpointError(f"{directory}: a checkpoint without its model configuration (written before "
-                              "jobs/train.py recorded it); retrain or resume it once to rewrite it")
+        raise CheckpointError(
+            f"{directory}: a checkpoint without its model configuration (written before "
+            "jobs/train.py recorded it); retrain or resume it once to rewrite it"
+        )
     cfg = TrainConfig.from_saved(summary["train"])
     if cfg.model not in MODELS:
         raise CheckpointError(f"{directory}: a checkpoint of {cfg.model!r}, which this version does not know")
@@ -323,8 +338,9 @@ def load_checkpoint(directory: str, device):
     try:
         model.load_state_dict(evaluation_weights(state))  # the moving average where the run kept one
     except RuntimeError as error:
-        raise CheckpointError(f"{directory}: its weights do not fit its own model configuration "
-                              f"({str(error).splitlines()[0][:160]})") from None
+        raise CheckpointError(
+            f"{directory}: its weights do not fit its own model configuration ({str(error).splitlines()[0][:160]})"
+        ) from None
     return model.to(device).eval(), cfg, state, summary
 
 

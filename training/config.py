@@ -1,17 +1,18 @@
 """A training run's configuration: `TrainConfig` (what jobs/train.py parses into), filled from the model's paper
 recipe (qa_models/recipes.py) where a flag is not given, and what follows from it and the data (the task and
 its dev metric, steps per epoch, the autocast dtype)."""
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from runtime.checks import UsageError, at_least, integer_at_least, one_of, within
-
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -27,8 +28,30 @@ MULTIPLE_CHOICE_SETS = ("wikihop",)  # reading-comprehension sets that pick amon
 
 
 # The TrainConfig fields a recipe (qa_models/recipes.py) decides when they are not given (None).
-RECIPE_FIELDS = ("optimizer", "lr", "betas", "momentum", "rho", "eps", "weight_decay", "l2", "schedule", "warmup",
-                 "warmup_steps", "batch_size", "grad_clip", "ema_decay", "epochs", "patience", "negatives")
+RECIPE_FIELDS = (
+    "optimizer",
+    "lr",
+    "betas",
+    "momentum",
+    "rho",
+    "eps",
+    "weight_decay",
+    "l2",
+    "schedule",
+    "warmup",
+    "warmup_steps",
+    "batch_size",
+    "grad_clip",
+    "ema_decay",
+    "epochs",
+    "patience",
+    "negatives",
+)
+
+
+# The default of a recipe field: None until `TrainConfig.__post_init__` fills it from the model's recipe, so that the
+# field's type is what every reader after construction sees.
+FROM_RECIPE: Any = None
 
 
 @dataclass
@@ -38,28 +61,28 @@ class TrainConfig:
     storage_path: str = "runs"
     name: str = "run"
     max_steps: int | None = None  # total optimiser steps; None: `epochs` passes over train
-    # How to train: `recipe` (the model's paper's, or "uniform"), then any of the fields below given instead of None.
-    # After construction each holds its resolved value (qa_models/recipes.py documents them).
+    # How to train: `recipe` (the model's paper's, or "uniform"), then any of the fields below given instead of None
+    # (FROM_RECIPE). After construction each holds its resolved value (qa_models/recipes.py documents them).
     recipe: str = "paper"
-    epochs: int | None = None
-    batch_size: int | None = None
-    optimizer: str | None = None
-    lr: float | None = None  # None: the recipe's (its encoder_lr when a pretrained encoder is fine-tuned)
+    epochs: int = FROM_RECIPE
+    batch_size: int = FROM_RECIPE
+    optimizer: str = FROM_RECIPE
+    lr: float = FROM_RECIPE  # the recipe's (its encoder_lr when a pretrained encoder is fine-tuned)
     head_lr: float | None = None  # the rate outside a pretrained transformer (None: `lr` for all, as the papers)
-    betas: tuple | None = None
-    momentum: float | None = None
-    rho: float | None = None
-    eps: float | None = None
-    weight_decay: float | None = None
-    l2: float | None = None
-    schedule: str | None = None
-    warmup: float | None = None
-    warmup_steps: int | None = None
-    grad_clip: float | None = None
-    ema_decay: float | None = None
-    patience: int | None = None  # dev evaluations without a new best before the run stops; 0: never early
-    negatives: str | None = None
-    recipe_options: dict | None = None  # the recipe's model options (below the flags and --model-option)
+    betas: tuple = FROM_RECIPE
+    momentum: float = FROM_RECIPE
+    rho: float = FROM_RECIPE
+    eps: float = FROM_RECIPE
+    weight_decay: float = FROM_RECIPE
+    l2: float = FROM_RECIPE
+    schedule: str = FROM_RECIPE
+    warmup: float = FROM_RECIPE
+    warmup_steps: int = FROM_RECIPE
+    grad_clip: float = FROM_RECIPE
+    ema_decay: float = FROM_RECIPE
+    patience: int = FROM_RECIPE  # dev evaluations without a new best before the run stops; 0: never early
+    negatives: str = FROM_RECIPE
+    recipe_options: dict = FROM_RECIPE  # the recipe's model options (below the flags and --model-option)
     checkpoint_every: int | None = None  # steps; epoch ends always checkpoint
     # Minutes between checkpoints whatever the steps (0: off): what a crash or a preemption can cost at most.
     checkpoint_minutes: float = 10.0
@@ -161,7 +184,7 @@ class TrainConfig:
             self.recipe_options = dict(resolved.model_options)
 
     @classmethod
-    def from_saved(cls, saved: dict) -> "TrainConfig":
+    def from_saved(cls, saved: dict) -> TrainConfig:
         """A TrainConfig recorded in a checkpoint; one written before recipes trained as `uniform` does."""
         saved = dict(saved)
         saved.setdefault("recipe", "uniform")
@@ -173,11 +196,12 @@ class TrainConfig:
 
 
 def data_task(manifest: dict) -> str:
-    """"ranking" (answer-selection pairs), "extractive" or "multiple_choice" (reading comprehension)."""
+    """ "ranking" (answer-selection pairs), "extractive" or "multiple_choice" (reading comprehension)."""
     if manifest.get("schema", "tokenised_pairs") == "tokenised_pairs":
         return "ranking"
-    return manifest.get("task") or ("multiple_choice" if manifest.get("dataset") in MULTIPLE_CHOICE_SETS
-                                    else "extractive")
+    return manifest.get("task") or (
+        "multiple_choice" if manifest.get("dataset") in MULTIPLE_CHOICE_SETS else "extractive"
+    )
 
 
 def select_metric(cfg: TrainConfig, task: str) -> str:

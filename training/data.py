@@ -1,13 +1,13 @@
 """What a run reads: the tokenised folder's manifest, word vectors, model inputs from numpy batches (`Batcher`),
 and the evaluation batches of a split, read straight from Parquet in a fixed, length-sorted order."""
+
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from runtime.checks import MissingInput, UsageError
 
@@ -39,8 +39,10 @@ def embeddings_path(cfg: TrainConfig) -> str | None:
     if cfg.embeddings == "none" or cfg.encoder_path or cfg.init_from:
         if cfg.embeddings not in ("auto", "none"):
             other = "--encoder-path" if cfg.encoder_path else "--init-from"
-            raise UsageError(f"--embeddings {cfg.embeddings} and {other} exclude each other: the pretrained "
-                             "weights bring their own token embeddings")
+            raise UsageError(
+                f"--embeddings {cfg.embeddings} and {other} exclude each other: the pretrained "
+                "weights bring their own token embeddings"
+            )
         return None
     if cfg.embeddings == "auto":
         path = os.path.join(cfg.data, "embeddings.npy")
@@ -59,8 +61,10 @@ def embeddings_shape(path: str, vocab_size: int | None) -> tuple[int, int]:
     if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
         raise ValueError(f"{path}: expected a float (vocab, dim) matrix, got {matrix.dtype} {matrix.shape}")
     if vocab_size and matrix.shape[0] != vocab_size:
-        raise UsageError(f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "
-                         "another tokenisation? rerun jobs/word_vectors.py on this --data)")
+        raise UsageError(
+            f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "
+            "another tokenisation? rerun jobs/word_vectors.py on this --data)"
+        )
     return matrix.shape
 
 
@@ -70,11 +74,14 @@ def check_data_fits_model(cfg: TrainConfig, manifest: dict) -> None:
     passages = MODELS[cfg.model].inputs == "passages"
     schema = manifest.get("schema", "tokenised_pairs")
     if passages and schema != "tokenised_passages":
-        raise UsageError(f"{cfg.data}: {schema} shards; --model {cfg.model} reads reading-comprehension passages "
-                         "(tokenize_corpora.py --dataset searchqa|quasart|wikihop|squad)")
+        raise UsageError(
+            f"{cfg.data}: {schema} shards; --model {cfg.model} reads reading-comprehension passages "
+            "(tokenize_corpora.py --dataset searchqa|quasart|wikihop|squad)"
+        )
     if not passages and schema != "tokenised_pairs":
-        raise UsageError(f"{cfg.data}: {schema} shards; --model {cfg.model} trains on answer-selection pairs "
-                         "(tokenised_pairs)")
+        raise UsageError(
+            f"{cfg.data}: {schema} shards; --model {cfg.model} trains on answer-selection pairs (tokenised_pairs)"
+        )
 
 
 class Batcher:
@@ -84,8 +91,14 @@ class Batcher:
     models get their inputs and targets (answer occurrences, candidate mentions) from `passage_batch`, the
     context cut at --max-len tokens (default: what the shards were capped at, 5,000 when not said)."""
 
-    def __init__(self, cfg: TrainConfig, inputs: str = "joint", objective: str | None = None,
-                 max_len: int | None = None, max_context: int | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        inputs: str = "joint",
+        objective: str | None = None,
+        max_len: int | None = None,
+        max_context: int | None = None,
+    ):
         from qa_models.batching import TransformerPairs
 
         self.max_context = cfg.max_len or max_context or 5000
@@ -106,15 +119,22 @@ class Batcher:
             return questions * (len(batch["qid"]) + 1) + question_rank.reshape(-1)
         return np.minimum(questions + row_lengths(batch["answer_ids"]), self.max_len)
 
-    def __call__(self, batch: dict, train: bool = False) -> tuple[dict, torch.Tensor | dict]:
+    def __call__(self, batch: dict, train: bool = False) -> tuple[dict, Any]:
         from qa_models.batching import pair_batch, passage_batch, separate_batch, triplet_batch
 
         if self.inputs == "passages":
             encoded = passage_batch(batch, max_context=self.max_context)
             return encoded, encoded.pop("targets")
         if train and self.pairwise:
-            encoded = triplet_batch(batch["qid"], batch["question_ids"], batch["answer_ids"], batch["label"],
-                                    self.max_len, self.seed, self.negatives)
+            encoded = triplet_batch(
+                batch["qid"],
+                batch["question_ids"],
+                batch["answer_ids"],
+                batch["label"],
+                self.max_len,
+                self.seed,
+                self.negatives,
+            )
         elif self.transformer is not None:
             encoded = self.transformer(batch["question"], batch["answer"], batch["label"])
         elif self.inputs == "separate":
@@ -180,7 +200,7 @@ def eval_batches(paths: list[str], batch_size: int, columns: list[str], length_k
         pool[ROW] = order + offset
         offset += rows
         for start in range(0, rows, batch_size):
-            yield {name: values[start:start + batch_size] for name, values in pool.items()}
+            yield {name: values[start : start + batch_size] for name, values in pool.items()}
 
 
 def in_file_order(values: list, positions: list) -> list:

@@ -15,6 +15,7 @@ passed over for the newest intact one before it). Rank 0 also checkpoints every 
 driver has received SIGINT or SIGTERM, after which every worker stops. Scalars go to
 TensorBoard event files and the curves to a PNG in the run folder.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,13 +24,23 @@ import random
 import tempfile
 import time
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import torch
 
 from runtime.stop import StopWatch
-from training.checkpoints import (NO_SCORE, SCORE, STATE_FILE, load_pretrained, load_state_file, predictions_name,
-                                  usable_checkpoint, write_checkpoint, write_jsonl)
+from training.checkpoints import (
+    NO_SCORE,
+    SCORE,
+    STATE_FILE,
+    load_pretrained,
+    load_state_file,
+    predictions_name,
+    usable_checkpoint,
+    write_checkpoint,
+    write_jsonl,
+)
 from training.config import TrainConfig, autocast_dtype
 from training.data import Batcher, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
@@ -112,33 +123,44 @@ class WorkerRun:
         del vectors
         self.optimizer = build_optimizer(cfg, model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_factor(cfg.schedule, self.total_steps, cfg.warmup, cfg.warmup_steps))
+            self.optimizer, lr_factor(cfg.schedule, self.total_steps, cfg.warmup, cfg.warmup_steps)
+        )
         self.device = ray.train.torch.get_device()
         self.dtype = autocast_dtype(cfg.precision, self.device)
         # A gradient scaler only matters for fp16 (bf16 has fp32's range); disabled, it is a pass-through.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step, self.epoch, self.batch_in_epoch, self.resumed_from = 0, 0, 0, 0
-        self.curve, self.dev_history, self.stopped_early = [], [], False
+        self.curve: list[list] = []  # [step, loss]
+        self.dev_history: list[list] = []  # [step, dev figures]
+        self.stopped_early = False
         self.trained_before = 0.0  # seconds trained before the latest resume, up to the checkpoint it resumed from
-        self.interrupted = None  # the signal that stopped the run, once its checkpoint is saved
+        self.interrupted: str | None = None  # the signal that stopped the run, once its checkpoint is saved
         averaged_state = self.restore(model, ray.train.get_checkpoint())
         self.stop_watch = StopWatch(config.get("stop_key")) if self.rank == 0 else None
         self.last_saved = time.time()
 
         self.segment_started = time.time()
-        self.model = ray.train.torch.prepare_model(model)
-        self.core = self.model.module if hasattr(self.model, "module") else self.model
+        self.model: Any = ray.train.torch.prepare_model(model)  # DDP's wrapper with more than one worker
+        # the model itself under DDP's wrapper: registered models differ, so what the loop reads of it is untyped
+        self.core: Any = getattr(self.model, "module", self.model)
         self.average = WeightAverage(self.core, cfg.ema_decay) if cfg.ema_decay else None
         if self.average is not None and averaged_state is not None:
             self.average.load_state_dict(averaged_state)
-        self.batcher = Batcher(cfg, self.core.inputs, getattr(self.core, "objective", None),
-                               getattr(self.core.config, "max_len", None), config["max_context"])
+        self.batcher = Batcher(
+            cfg,
+            self.core.inputs,
+            getattr(self.core, "objective", None),
+            getattr(self.core.config, "max_len", None),
+            config["max_context"],
+        )
         self.first_row, self.end_row = worker_rows(config["train_rows"], self.world_size, self.rank)
-        self.scalars = Scalars(cfg, self.resumed_from) if self.rank == 0 else None
+        self.scalars: Scalars | None = Scalars(cfg, self.resumed_from) if self.rank == 0 else None
         self.last_loss = 0.0
         self.window, self.window_loss = 0, 0.0  # steps and summed loss since the last progress line
-        self.evaluated_at, self.last_dev = None, {}
-        self.started, self.first_step, self.warm = time.time(), self.step, None
+        self.evaluated_at: int | None = None
+        self.last_dev: dict = {}
+        self.started, self.first_step = time.time(), self.step
+        self.warm: tuple[int, float] | None = None
 
     @property
     def examples_per_step(self) -> int:
@@ -196,9 +218,18 @@ class WorkerRun:
         epoch had consumed); False where the run ends inside it (its last step, or an early stop)."""
         cfg = self.cfg
         micro, step_loss = 0, 0.0
-        batches = epoch_batches(self.config["train_row_groups"], self.first_row, self.end_row, cfg, self.epoch,
-                                self.rank, self.batcher.length_key, self.batch_in_epoch,
-                                "qid" if self.batcher.pairwise else None, self.config["read_cpus"])
+        batches = epoch_batches(
+            self.config["train_row_groups"],
+            self.first_row,
+            self.end_row,
+            cfg,
+            self.epoch,
+            self.rank,
+            self.batcher.length_key,
+            self.batch_in_epoch,
+            "qid" if self.batcher.pairwise else None,
+            self.config["read_cpus"],
+        )
         for index, batch in batches:
             micro += 1
             last_micro = micro == cfg.grad_accumulation or index + 1 == self.batches_per_epoch
@@ -229,8 +260,10 @@ class WorkerRun:
                 if not saved:
                     self.save({"loss": self.last_loss, "interrupted": self.interrupted})
                 if self.rank == 0:
-                    log(f"[train] step {self.step}: checkpoint saved after {self.interrupted}; run the same command "
-                        "to resume")
+                    log(
+                        f"[train] step {self.step}: checkpoint saved after {self.interrupted}; run the same command "
+                        "to resume"
+                    )
                 return False
         if micro:  # the shard held more batches than expected: their gradients were never all-reduced
             _all_reduce_gradients(self.model)
@@ -306,15 +339,17 @@ class WorkerRun:
         """The loss since the last line on the curve; rank 0 also logs it with the rate and ETA."""
         loss = self.window_loss / self.window
         self.curve.append([self.step, loss])
-        if self.rank == 0:
+        if self.scalars is not None:  # rank 0
             rate = (self.step - self.first_step) / max(1e-9, time.time() - self.started)
             eta = (self.total_steps - self.step) / max(rate, 1e-9)
-            lr = self.scheduler.get_last_lr()[0]
+            lr = float(self.scheduler.get_last_lr()[0])
             self.scalars.add("train/loss", loss, self.step)
             self.scalars.add("train/lr", lr, self.step)
             self.scalars.add("train/examples_per_s", rate * self.examples_per_step, self.step)
-            log(f"[train] step {self.step}/{self.total_steps} epoch {self.epoch} loss {loss:.4f} lr {lr:.2e} "
-                f"{rate * self.examples_per_step:.1f} ex/s ETA {eta:.0f}s")
+            log(
+                f"[train] step {self.step}/{self.total_steps} epoch {self.epoch} loss {loss:.4f} lr {lr:.2e} "
+                f"{rate * self.examples_per_step:.1f} ex/s ETA {eta:.0f}s"
+            )
         self.window, self.window_loss = 0, 0.0
 
     def finish(self) -> None:
@@ -326,9 +361,11 @@ class WorkerRun:
         # the last step's dev figures: those of an evaluation at this very step (an early stop), else a new one
         evaluated_now = self.evaluated_at == self.step and self.dev_history and self.dev_history[-1][0] == self.step
         metrics = self.last_dev if evaluated_now else self.dev_metrics()
-        self.save({"dev": metrics, "final": True, "examples_per_s": examples_per_s,
-                   "stopped_early": self.stopped_early}, self.held_out(metrics))
-        if self.rank == 0:
+        self.save(
+            {"dev": metrics, "final": True, "examples_per_s": examples_per_s, "stopped_early": self.stopped_early},
+            self.held_out(metrics),
+        )
+        if self.scalars is not None:  # rank 0
             self.scalars.close()
 
     # ---------------------------------------------------------------------------------- evaluation
@@ -340,11 +377,18 @@ class WorkerRun:
         if self.rank != 0:
             return {}
         with self.evaluation_weights():
-            metrics = evaluate(self.core, self.batcher, self.config["dev_paths"], self.config["dev_columns"], self.cfg,
-                               self.device, self.dtype)
+            metrics = evaluate(
+                self.core,
+                self.batcher,
+                self.config["dev_paths"],
+                self.config["dev_columns"],
+                self.cfg,
+                self.device,
+                self.dtype,
+            )
         self.dev_history.append([self.step, {k: v for k, v in metrics.items() if k != "skipped"}])
         for name, value in metrics.items():
-            if name not in ("questions", "skipped"):
+            if name not in ("questions", "skipped") and self.scalars is not None:
                 self.scalars.add("dev/" + name.replace("@", "_at_"), value, self.step)
         log(f"[train] step {self.step} epoch {self.epoch} dev {figures_line(metrics)}")
         return metrics
@@ -353,12 +397,22 @@ class WorkerRun:
         """--test-split scored with the final weights where they are the run's best (rank 0); otherwise the
         driver scores the best checkpoint afterwards."""
         cfg = self.cfg
-        if not (cfg.test_split and self.rank == 0
-                and best_so_far(metrics.get(self.metric), self.dev_history[:-1], self.metric)):
+        if not (
+            cfg.test_split
+            and self.rank == 0
+            and best_so_far(metrics.get(self.metric), self.dev_history[:-1], self.metric)
+        ):
             return None
         with self.evaluation_weights():
-            figures, records = score_split(self.core, self.batcher, self.config["test_paths"],
-                                           self.config["test_columns"], cfg, self.device, self.dtype)
+            figures, records = score_split(
+                self.core,
+                self.batcher,
+                self.config["test_paths"],
+                self.config["test_columns"],
+                cfg,
+                self.device,
+                self.dtype,
+            )
         log(f"[train] step {self.step} {cfg.test_split} {figures_line(figures['metrics'])}")
         return figures, records
 
@@ -371,8 +425,10 @@ class WorkerRun:
         waited = evaluations_since_best(self.dev_history, self.metric) if self.rank == 0 else 0
         self.stopped_early = _agree(waited >= cfg.patience, self.device)
         if self.stopped_early and self.rank == 0:
-            log(f"[train] step {self.step}: dev {self.metric} has not improved for {waited} evaluations (--patience "
-                f"{cfg.patience}); stopping early")
+            log(
+                f"[train] step {self.step}: dev {self.metric} has not improved for {waited} evaluations (--patience "
+                f"{cfg.patience}); stopping early"
+            )
         return self.stopped_early
 
     # ---------------------------------------------------------------------------------- checkpoints
@@ -383,11 +439,18 @@ class WorkerRun:
         score = (metrics.get("dev") or {}).get(self.metric)
         trained = self.trained_before + time.time() - self.segment_started  # every invocation's, lost work aside
         # copies: Ray Train may serialise the metrics after the run has moved on and appended to its lists
-        metrics = dict(metrics, step=self.step, epoch=self.epoch, resumed_from_step=self.resumed_from,
-                       curve=plain(self.curve), dev_history=plain(self.dev_history), trained_seconds=trained,
-                       resumed_trained_seconds=self.trained_before,
-                       **{SCORE: float(score) if score is not None else NO_SCORE})
-        if self.rank != 0:
+        metrics = dict(
+            metrics,
+            step=self.step,
+            epoch=self.epoch,
+            resumed_from_step=self.resumed_from,
+            curve=plain(self.curve),
+            dev_history=plain(self.dev_history),
+            trained_seconds=trained,
+            resumed_trained_seconds=self.trained_before,
+            **{SCORE: float(score) if score is not None else NO_SCORE},
+        )
+        if self.scalars is None:  # ranks other than 0
             ray.train.report(metrics, checkpoint=None)
             return
         self.scalars.flush()
@@ -395,19 +458,36 @@ class WorkerRun:
         self.last_saved = time.time()
         with tempfile.TemporaryDirectory() as directory:
             # Tensors and plain containers only (read back with weights_only=True); the configuration is JSON.
-            state = {"model": core.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "step": self.step,
-                     "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "curve": plain(self.curve),
-                     "dev_history": plain(self.dev_history), "stopped_early": self.stopped_early,
-                     "trained_seconds": float(trained),
-                     "weight_average": self.average.state_dict() if self.average is not None else None}
-            if test:  # the held-out split's figures travel with the weights that earned them
+            state = {
+                "model": core.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "step": self.step,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "curve": plain(self.curve),
+                "dev_history": plain(self.dev_history),
+                "stopped_early": self.stopped_early,
+                "trained_seconds": float(trained),
+                "weight_average": self.average.state_dict() if self.average is not None else None,
+            }
+            if test and cfg.test_split:  # the held-out split's figures travel with the weights that earned them
                 figures, records = test
                 write_jsonl(records, os.path.join(directory, predictions_name(cfg.test_split)))
                 metrics["test"] = dict(figures, split=cfg.test_split, step=self.step)
-            write_checkpoint(directory, state, {
-                "train": asdict(cfg), "model_config": asdict(core.config), "vocab_size": self.vocab_size,
-                "vocab_sha256": self.config["vocab_sha256"], "step": self.step, "dev": plain(metrics.get("dev") or {})})
+            write_checkpoint(
+                directory,
+                state,
+                {
+                    "train": asdict(cfg),
+                    "model_config": asdict(core.config),
+                    "vocab_size": self.vocab_size,
+                    "vocab_sha256": self.config["vocab_sha256"],
+                    "step": self.step,
+                    "dev": plain(metrics.get("dev") or {}),
+                },
+            )
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
 

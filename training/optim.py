@@ -5,6 +5,7 @@ Plain PyTorch; the per-worker loop (training/loop.py) calls these with its resol
 carry the recipe's names (optimizer, lr, momentum, rho, betas, eps, weight_decay, l2, schedule, warmup,
 warmup_steps, ema_decay).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,10 @@ def build_optimizer(cfg, model: torch.nn.Module, lr: float) -> torch.optim.Optim
     `lr`; the papers fine-tune all at one rate, and a short run learns its new layers faster with their own."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
-        groups = [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-                  {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0}]
+        groups = [
+            {"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+            {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0},
+        ]
     else:
         groups = [{"params": [p for _, p in named]}]
     groups = _head_rate(groups, model, getattr(cfg, "head_lr", None))
@@ -55,8 +58,9 @@ def _pretrained_parameters(model: torch.nn.Module) -> set[int]:
     """ids of the parameters inside a pretrained transformer (qa_models.encoders.PretrainedTransformer)."""
     from qa_models.encoders import PretrainedTransformer
 
-    return {id(p) for module in model.modules() if isinstance(module, PretrainedTransformer)
-            for p in module.parameters()}
+    return {
+        id(p) for module in model.modules() if isinstance(module, PretrainedTransformer) for p in module.parameters()
+    }
 
 
 def lr_factor(schedule: str, total_steps: int, warmup: float = 0.0, warmup_steps: int = 0):
@@ -91,8 +95,9 @@ class WeightAverage:
 
     def __init__(self, model: torch.nn.Module, decay: float):
         self.decay, self.updates = decay, 0
-        self.shadow = {name: value.detach().clone() for name, value in model.state_dict().items()
-                       if value.is_floating_point()}
+        self.shadow = {
+            name: value.detach().clone() for name, value in model.state_dict().items() if value.is_floating_point()
+        }
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module) -> None:
@@ -122,8 +127,10 @@ class WeightAverage:
     def load_state_dict(self, state: dict) -> None:
         """A saved average (read on the CPU), onto the devices of this one's tensors (the model's)."""
         self.decay, self.updates = state["decay"], state["updates"]
-        self.shadow = {name: value.to(self.shadow[name].device if name in self.shadow else value.device,
-                                      copy=True) for name, value in state["shadow"].items()}
+        self.shadow = {
+            name: value.to(self.shadow[name].device if name in self.shadow else value.device, copy=True)
+            for name, value in state["shadow"].items()
+        }
 
 
 def evaluation_weights(state: dict) -> dict:

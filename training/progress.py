@@ -1,5 +1,6 @@
 """What a run shows: its progress lines (one write each, never doubled by Ray's print patching), TensorBoard
 scalars, and the training-curve PNG."""
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,7 @@ def plot_curves(curve: list, dev_history: list, metric: str, path: str, title: s
 
     figure, loss_axis = plt.subplots(figsize=(7, 4))
     if curve:
-        steps, losses = zip(*curve)
-        loss_axis.plot(steps, losses, color="tab:blue", label="train loss")
+        loss_axis.plot([s for s, _ in curve], [loss for _, loss in curve], color="tab:blue", label="train loss")
     loss_axis.set_xlabel("optimiser step")
     loss_axis.set_ylabel("train loss", color="tab:blue")
     if dev_history:
@@ -91,8 +91,9 @@ def figure_cells(figures: dict, names=None, digits: int = 3) -> list[str]:
     """`MAP 0.721`-style cells of evaluation figures: those named (in that order), by default every figure but the
     counts; a figure that is missing or not a number is left out."""
     names = [n for n in figures if n not in ("questions", "skipped")] if names is None else names
-    return [f"{name.upper()} {figures[name]:.{digits}f}" for name in names
-            if isinstance(figures.get(name), (int, float))]
+    return [
+        f"{name.upper()} {figures[name]:.{digits}f}" for name in names if isinstance(figures.get(name), (int, float))
+    ]
 
 
 def figures_line(metrics: dict) -> str:

@@ -13,6 +13,7 @@ into batches served in a seeded order. So the batches are a function of the data
 and a resume at micro-batch b starts reading at pool b // pool_batches: it reads again at most one Parquet row
 group and one pool it had consumed, and trains on none of them twice.
 """
+
 from __future__ import annotations
 
 import functools
@@ -116,11 +117,19 @@ def _pieces_datasource():
                     current, rows = [], 0
             if current:
                 tasks.append(current)
-            return [ReadTask(functools.partial(_read_pieces, task),
-                             BlockMetadata(num_rows=sum(high - low for _, _, low, high in task), size_bytes=None,
-                                           exec_stats=None, input_files=sorted({p for p, *_ in task})),
-                             per_task_row_limit=per_task_row_limit)
-                    for task in tasks]
+            return [
+                ReadTask(
+                    functools.partial(_read_pieces, task),
+                    BlockMetadata(
+                        num_rows=sum(high - low for _, _, low, high in task),
+                        size_bytes=None,
+                        exec_stats=None,
+                        input_files=sorted({p for p, *_ in task}),
+                    ),
+                    per_task_row_limit=per_task_row_limit,
+                )
+                for task in tasks
+            ]
 
     return ParquetPiecesDatasource
 
@@ -177,8 +186,18 @@ def cut_pool(columns: dict, batch_size: int, rng: np.random.Generator, length_ke
         yield {name: values[cuts[k]] for name, values in columns.items()}
 
 
-def epoch_batches(groups, start: int, stop: int, cfg, epoch: int, rank: int, length_key=None, skip: int = 0,
-                  group: str | None = None, read_cpus: float = 1.0):
+def epoch_batches(
+    groups,
+    start: int,
+    stop: int,
+    cfg,
+    epoch: int,
+    rank: int,
+    length_key=None,
+    skip: int = 0,
+    group: str | None = None,
+    read_cpus: float = 1.0,
+):
     """(index, numpy batch) of an epoch over rows [start, stop) of `groups`, from micro-batch `skip` on: the row
     groups in the epoch's order (`epoch_pieces`), then pools of `pool_batches(cfg)` batches through `cut_pool`
     (length-bucketed when --length-buckets is above 1; `group` rows kept together). Reading starts at the pool

@@ -2,19 +2,39 @@
 sizes the workers, runs `training.loop.train_loop_per_worker` under a TorchTrainer (checkpoints kept by dev
 metric, failures retried, SIGINT and SIGTERM turned into a checkpoint), then scores --test-split with the best
 checkpoint and writes the curve. `check_run` does every check a run can do before Ray starts."""
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from runtime.checks import MissingInput, UsageError
 from runtime.stop import fit_until_signalled, new_key
-from training.checkpoints import (SCORE, checkpoint_summary, predictions_name, pretrained_config, publish, run_dir,
-                                  run_checkpoints, run_result, scored_checkpoints, usable_checkpoint, write_jsonl)
-from training.config import (TASK_METRICS, TrainConfig, batches_per_epoch_for, data_fields, data_task, select_metric,
-                             total_steps_for)
+from training.checkpoints import (
+    SCORE,
+    checkpoint_summary,
+    predictions_name,
+    pretrained_config,
+    publish,
+    run_checkpoints,
+    run_dir,
+    run_result,
+    scored_checkpoints,
+    usable_checkpoint,
+    write_jsonl,
+)
+from training.config import (
+    TASK_METRICS,
+    TrainConfig,
+    batches_per_epoch_for,
+    data_fields,
+    data_task,
+    select_metric,
+    total_steps_for,
+)
 from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
 from training.evaluation import EvaluateConfig, dev_references, evaluate_checkpoint
 from training.loop import train_loop_per_worker
@@ -27,6 +47,7 @@ from training.rows import row_groups
 class RunPlan:
     """What a run reads and starts from, checked before Ray starts (`check_run`): jobs/train.py's --dry-run prints
     it, `run` trains from it."""
+
     manifest: dict
     task: str
     metric: str
@@ -38,7 +59,7 @@ class RunPlan:
     test_columns: list
     total_steps: int
     vectors: str | None
-    model_config: object
+    model_config: Any  # the model's config dataclass (each model has its own)
     init_from: str | None = None
     pretrained: dict | None = None
     resume_from: str | None = None  # the checkpoint a resume starts from (the latest intact one)
@@ -59,17 +80,21 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     for split in ("train", "dev") + ((cfg.test_split,) if cfg.test_split else ()):
         if split not in manifest["splits"]:
             flag = " (--test-split)" if split == cfg.test_split and split not in ("train", "dev") else ""
-            raise UsageError(f"{cfg.data}: manifest.json has no {split!r} split{flag}; it has "
-                             f"{', '.join(sorted(manifest['splits']))}")
+            raise UsageError(
+                f"{cfg.data}: manifest.json has no {split!r} split{flag}; it has "
+                f"{', '.join(sorted(manifest['splits']))}"
+            )
     check_vocabulary(cfg.data, manifest)
     train_paths, _ = shard_paths(os.path.abspath(cfg.data), "train")
     train_groups = row_groups(train_paths)
     train_rows = sum(rows for *_, rows in train_groups)
     if train_rows // cfg.num_workers == 0:
-        raise UsageError(f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers "
-                         "(--num-workers)")
+        raise UsageError(
+            f"{cfg.data}: {train_rows} train rows cannot be shared by {cfg.num_workers} workers (--num-workers)"
+        )
     dev_paths, dev_schema = shard_paths(os.path.abspath(cfg.data), "dev")
-    test_paths, test_columns = [], []
+    test_paths: list[str] = []
+    test_columns: list[str] = []
     if cfg.test_split:
         test_paths, test_schema = shard_paths(os.path.abspath(cfg.data), cfg.test_split)
         test_columns = test_schema.names
@@ -77,15 +102,27 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     shape = embeddings_shape(vectors, manifest.get("vocab_size")) if vectors else None
     init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
     try:
-        config = model_config(cfg, manifest.get("vocab_size"), shape[1] if shape else None, data_fields(manifest),
-                              pretrained)
+        config = model_config(
+            cfg, manifest.get("vocab_size"), shape[1] if shape else None, data_fields(manifest), pretrained
+        )
     except (TypeError, ValueError, AssertionError) as error:  # options that conflict, or a model option out of range
         raise UsageError(str(error)) from None
-    plan = RunPlan(manifest=manifest, task=task, metric=metric, train_groups=train_groups, train_rows=train_rows,
-                   dev_paths=dev_paths, dev_columns=dev_schema.names, test_paths=test_paths,
-                   test_columns=test_columns, total_steps=total_steps_for(cfg, manifest["splits"]["train"]["rows"]),
-                   vectors=os.path.abspath(vectors) if vectors else None, model_config=config, init_from=init_from,
-                   pretrained=pretrained)
+    plan = RunPlan(
+        manifest=manifest,
+        task=task,
+        metric=metric,
+        train_groups=train_groups,
+        train_rows=train_rows,
+        dev_paths=dev_paths,
+        dev_columns=dev_schema.names,
+        test_paths=test_paths,
+        test_columns=test_columns,
+        total_steps=total_steps_for(cfg, manifest["splits"]["train"]["rows"]),
+        vectors=os.path.abspath(vectors) if vectors else None,
+        model_config=config,
+        init_from=init_from,
+        pretrained=pretrained,
+    )
     check_run_folder(cfg, plan, log)
     return plan
 
@@ -99,8 +136,9 @@ def check_vocabulary(data: str, manifest: dict) -> None:
     if not os.path.exists(path):
         raise MissingInput(f"{path}: not found; --data must be a whole folder written by jobs/tokenize_corpora.py")
     if manifest.get("vocab_sha256") and sha256_file(path) != manifest["vocab_sha256"]:
-        raise ValueError(f"{path}: not the vocabulary {data}/manifest.json was written with (its sha256 differs); "
-                         "tokenise again")
+        raise ValueError(
+            f"{path}: not the vocabulary {data}/manifest.json was written with (its sha256 differs); tokenise again"
+        )
 
 
 # What a run folder of jobs/train.py holds: Ray Train's files (checkpoints, its snapshot, its storage marker) and
@@ -121,14 +159,17 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
     run = run_dir(cfg)
     local = "://" not in run
     if local and within_folder(real_path(cfg.data), real_path(run)):
-        raise UsageError(f"--storage-path {cfg.storage_path} --name {cfg.name}: the run folder {run} is or holds "
-                         f"--data {cfg.data}")
+        raise UsageError(
+            f"--storage-path {cfg.storage_path} --name {cfg.name}: the run folder {run} is or holds --data {cfg.data}"
+        )
     if local and os.path.isdir(run):
         strangers = [name for name in sorted(os.listdir(run)) if not _run_artefact(name)]
         if strangers:
-            raise UsageError(f"--storage-path {cfg.storage_path} --name {cfg.name}: {run} holds {strangers[0]!r} "
-                             f"({len(strangers)} such entries), so it is not a run folder of jobs/train.py; choose "
-                             "another --name")
+            raise UsageError(
+                f"--storage-path {cfg.storage_path} --name {cfg.name}: {run} holds {strangers[0]!r} "
+                f"({len(strangers)} such entries), so it is not a run folder of jobs/train.py; choose "
+                "another --name"
+            )
     if not run_checkpoints(run):
         return
     try:
@@ -143,15 +184,22 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
     saved = checkpoint_summary(plan.resume_from)
     step = saved.get("step", "?")
     if saved["train"]["model"] != cfg.model:
-        raise UsageError(f"--name {cfg.name}: {run} holds a {saved['train']['model']} run (step {step}), this command "
-                         f"trains {cfg.model}; choose another --name, or remove the folder to start over")
+        raise UsageError(
+            f"--name {cfg.name}: {run} holds a {saved['train']['model']} run (step {step}), this command "
+            f"trains {cfg.model}; choose another --name, or remove the folder to start over"
+        )
     ours = asdict(plan.model_config)
-    differ = [f"{key} {saved['model_config'][key]!r} there, {ours[key]!r} here" for key in sorted(ours)
-              if key in saved.get("model_config", {}) and saved["model_config"][key] != ours[key]]
+    differ = [
+        f"{key} {saved['model_config'][key]!r} there, {ours[key]!r} here"
+        for key in sorted(ours)
+        if key in saved.get("model_config", {}) and saved["model_config"][key] != ours[key]
+    ]
     if differ:
-        raise UsageError(f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step}) of another model "
-                         f"configuration ({'; '.join(differ[:3])}); a resume needs the same one: choose another "
-                         "--name, or remove the folder to start over")
+        raise UsageError(
+            f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step}) of another model "
+            f"configuration ({'; '.join(differ[:3])}); a resume needs the same one: choose another "
+            "--name, or remove the folder to start over"
+        )
 
 
 def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
@@ -185,29 +233,45 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     stop_key = new_key()
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"train": asdict(cfg), "total_steps": total_steps,
-                           "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
-                           "train_row_groups": train_groups, "train_rows": train_rows,
-                           "dev_paths": dev_paths, "dev_columns": plan.dev_columns,
-                           "test_paths": plan.test_paths, "test_columns": plan.test_columns,
-                           "vocab_size": manifest.get("vocab_size", 0), "embeddings": vectors,
-                           "select_metric": metric, "from_data": data_fields(manifest),
-                           "init_from": init_from, "pretrained_config": pretrained,
-                           "vocab_sha256": manifest.get("vocab_sha256"),
-                           "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
-                           "max_context": manifest.get("max_context_tokens"), "read_cpus": read_cpus,
-                           "log_level": train_log_level(), "stop_key": stop_key,
-                           "resume_from": plan.resume_from, "damaged_latest": plan.damaged_latest},
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                               resources_per_worker=resources),
+        train_loop_config={
+            "train": asdict(cfg),
+            "total_steps": total_steps,
+            "batches_per_epoch": batches_per_epoch_for(cfg, manifest["splits"]["train"]["rows"]),
+            "train_row_groups": train_groups,
+            "train_rows": train_rows,
+            "dev_paths": dev_paths,
+            "dev_columns": plan.dev_columns,
+            "test_paths": plan.test_paths,
+            "test_columns": plan.test_columns,
+            "vocab_size": manifest.get("vocab_size", 0),
+            "embeddings": vectors,
+            "select_metric": metric,
+            "from_data": data_fields(manifest),
+            "init_from": init_from,
+            "pretrained_config": pretrained,
+            "vocab_sha256": manifest.get("vocab_sha256"),
+            "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
+            "max_context": manifest.get("max_context_tokens"),
+            "read_cpus": read_cpus,
+            "log_level": train_log_level(),
+            "stop_key": stop_key,
+            "resume_from": plan.resume_from,
+            "damaged_latest": plan.damaged_latest,
+        },
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
+        ),
         run_config=ray.train.RunConfig(
-            name=cfg.name, storage_path=storage,
+            name=cfg.name,
+            storage_path=storage,
             # The best by dev metric are kept, and Ray Train always keeps the latest too (what a resume needs).
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints,
-                                                         checkpoint_score_attribute=SCORE,
-                                                         checkpoint_score_order="max"),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=cfg.keep_checkpoints, checkpoint_score_attribute=SCORE, checkpoint_score_order="max"
+            ),
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
-            logging_config=ray.train.LoggingConfig(log_level=train_log_level())),
+            # Ray Train v2's RunConfig (what `ray.train` gives at run time) takes it; the stubs are v1's
+            logging_config=ray.train.LoggingConfig(log_level=train_log_level()),  # type: ignore[call-arg]
+        ),
     )
     result, interrupted = fit_until_signalled(trainer, stop_key, log)
     metrics = result.metrics or {}
@@ -216,27 +280,48 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     scored = scored_checkpoints(result)
     if scored:
         checkpoint, best_metrics = max(scored, key=lambda pair: pair[1][SCORE])
-        best = {"checkpoint": checkpoint.path, "step": best_metrics["step"], "metric": metric,
-                "value": best_metrics[SCORE]}
+        best = {
+            "checkpoint": checkpoint.path,
+            "step": best_metrics["step"],
+            "metric": metric,
+            "value": best_metrics[SCORE],
+        }
     test = held_out_figures(cfg, result, best) if cfg.test_split and not interrupted else None
     curve_png = run_dir(cfg) + "/training_curve.png"
     with tempfile.TemporaryDirectory() as directory:
         local = os.path.join(directory, "training_curve.png")
-        plot_curves(metrics.get("curve", []), metrics.get("dev_history", []), metric, local,
-                    f"{cfg.model} on {os.path.basename(os.path.normpath(cfg.data))} ({cfg.name})")
+        plot_curves(
+            metrics.get("curve", []),
+            metrics.get("dev_history", []),
+            metric,
+            local,
+            f"{cfg.model} on {os.path.basename(os.path.normpath(cfg.data))} ({cfg.name})",
+        )
         publish(local, curve_png)
-    return {"model": cfg.model, "embeddings": vectors, "init_from": init_from, "steps": metrics.get("step", 0),
-            "resumed_from_step": metrics.get("resumed_from_step", 0),
-            "trained_seconds": metrics.get("trained_seconds"),
-            "resumed_trained_seconds": metrics.get("resumed_trained_seconds", 0.0),
-            "task": task, "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
-            "checkpoint": result.checkpoint.path if result.checkpoint else None,
-            "best": best, "training_curve": curve_png, "tensorboard": run_dir(cfg) + "/tensorboard",
-            "examples_per_s": metrics.get("examples_per_s"), "stopped_early": metrics.get("stopped_early", False),
-            "test": test, "loss_curve": metrics.get("curve", []), "total_steps": total_steps,
-            "interrupted": interrupted,
-            "references": (dev_references(dev_paths, cfg.eval_policy, cfg.seed)
-                           if task == "ranking" and not interrupted else None)}
+    return {
+        "model": cfg.model,
+        "embeddings": vectors,
+        "init_from": init_from,
+        "steps": metrics.get("step", 0),
+        "resumed_from_step": metrics.get("resumed_from_step", 0),
+        "trained_seconds": metrics.get("trained_seconds"),
+        "resumed_trained_seconds": metrics.get("resumed_trained_seconds", 0.0),
+        "task": task,
+        "metrics": {name: dev.get(name) for name in TASK_METRICS[task] + ("questions",)},
+        "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "best": best,
+        "training_curve": curve_png,
+        "tensorboard": run_dir(cfg) + "/tensorboard",
+        "examples_per_s": metrics.get("examples_per_s"),
+        "stopped_early": metrics.get("stopped_early", False),
+        "test": test,
+        "loss_curve": metrics.get("curve", []),
+        "total_steps": total_steps,
+        "interrupted": interrupted,
+        "references": (
+            dev_references(dev_paths, cfg.eval_policy, cfg.seed) if task == "ranking" and not interrupted else None
+        ),
+    }
 
 
 def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
@@ -244,16 +329,22 @@ def held_out_figures(cfg: TrainConfig, result, best: dict | None) -> dict:
     figures at the last step when that step is the best (the records lie in its checkpoint); otherwise this process
     scores the best checkpoint, as jobs/evaluate.py would, and puts the records in the run folder. Returns split,
     step, checkpoint, rows, metrics (and policy), and `predictions`: where the per-question records are."""
+    split = cfg.test_split
+    if not split:
+        raise ValueError("held_out_figures needs --test-split")
     final = result.metrics or {}
     chosen = best["checkpoint"] if best else (result.checkpoint.path if result.checkpoint else None)
     if chosen is None:
-        raise RuntimeError(f"{run_dir(cfg)}: the run left no checkpoint to score {cfg.test_split!r} with")
-    name = predictions_name(cfg.test_split)
+        raise RuntimeError(f"{run_dir(cfg)}: the run left no checkpoint to score {split!r} with")
+    name = predictions_name(split)
     if final.get("test") and (best is None or best["step"] == final["test"]["step"]):
-        return dict(final["test"], checkpoint=result.checkpoint.path,
-                    predictions=result.checkpoint.path.rstrip("/") + "/" + name)
-    summary, records = evaluate_checkpoint(EvaluateConfig(checkpoint=chosen, data=cfg.data, split=cfg.test_split))
-    log(f"[train] best checkpoint (step {summary['step']}) {cfg.test_split} {figures_line(summary['metrics'])}")
+        return dict(
+            final["test"],
+            checkpoint=result.checkpoint.path,
+            predictions=result.checkpoint.path.rstrip("/") + "/" + name,
+        )
+    summary, records = evaluate_checkpoint(EvaluateConfig(checkpoint=chosen, data=cfg.data, split=split))
+    log(f"[train] best checkpoint (step {summary['step']}) {split} {figures_line(summary['metrics'])}")
     destination = run_dir(cfg) + "/" + name
     with tempfile.TemporaryDirectory() as directory:
         write_jsonl(records, os.path.join(directory, name))

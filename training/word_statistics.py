@@ -1,6 +1,7 @@
 """Statistics of the training data that a model reads besides its inputs: the IDF of each word id and the
 stop-word flags, for CTRN's word-overlap features on TrecQA (Severyn and Moschitti 2015's, which the CTRN paper
 concatenates before its dense layers)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ def word_statistics(train_paths: list[str], vocab_path: str) -> tuple[np.ndarray
     from spacy.lang.en.stop_words import STOP_WORDS
 
     if not os.path.exists(vocab_path):
-        raise FileNotFoundError(f"{vocab_path}: not found; the overlap features need the tokenised folder's "
-                                "vocabulary")
+        raise FileNotFoundError(f"{vocab_path}: not found; the overlap features need the tokenised folder's vocabulary")
     with open(vocab_path) as f:
         tokens = json.load(f)["tokens"]
     counts = np.zeros(len(tokens), dtype=np.float64)

@@ -1,0 +1,162 @@
+"""A row's figures as the report's cells and sentences: mean ± standard deviation with the number of runs, the
+hour's figure beside the full profile's, the difference from the paper, each run's wall time and learning curve,
+the verdict on a claim, and a profile's wall time."""
+
+from __future__ import annotations
+
+import statistics
+
+from experiments.figures import metric_names, row_figures, row_profile, row_records
+from experiments.plan import Row
+from experiments.rows import MINILM_BATCH, MINILM_STEPS
+from experiments.runner import Ledger
+
+
+def run_time(row: Row, ledger: Ledger, profile: str | None = None) -> str:
+    """The mean wall time of the row's shown runs and, where the ledger has their dev curves, how many dev
+    evaluations (epochs, in the full profile) each ran and after which one its best checkpoint came: a best at the
+    last evaluation of a run that was not stopped early says the run was still improving when its budget ended."""
+    records = row_records(row, ledger, profile)
+    if not records:
+        return "-"
+
+    def wall(runs: list[dict]) -> str:
+        minutes = statistics.fmean(r["seconds"] for r in runs) / 60
+        return f"{minutes:.0f} min" if minutes >= 1.5 else f"{minutes * 60:.0f} s"
+
+    # a run on a GPU takes a fraction of a CPU run's time: each device's runs are timed apart
+    by_device: dict[str, list[dict]] = {}
+    for r in records:
+        by_device.setdefault(r.get("device", "cpu"), []).append(r)
+    text = ", ".join(
+        wall(runs)
+        + ("" if device == "cpu" else f" on {device.removeprefix('cuda: ')}")
+        + (f" ({len(runs)} run{'s' if len(runs) > 1 else ''})" if len(by_device) > 1 else "")
+        for device, runs in by_device.items()
+    )
+    curves = [
+        (r.get("dev_history") or [], r.get("stopped_early", False)) for r in sorted(records, key=lambda r: r["seed"])
+    ]
+    metric = metric_names(row)[1 if row.section.startswith("squad") else 0]
+    shapes = []
+    for history, stopped in curves:
+        scores = [figures.get(metric) for _, figures in history if figures.get(metric) is not None]
+        if scores:
+            best = scores.index(max(scores)) + 1
+            shapes.append((len(scores), best, best == len(scores) and not stopped))
+    if not shapes:
+        return text
+    evaluations = "/".join(str(n) for n, _, _ in shapes)
+    bests = "/".join(str(b) for _, b, _ in shapes)
+    still = sum(1 for *_, improving in shapes if improving)
+    return (
+        text
+        + f"; {evaluations} evaluations, best after {bests}"
+        + (f" ({still} still improving at the end)" if still else "")
+    )
+
+
+def cell(figure, scale: str = "{:.3f}") -> str:
+    if not figure:
+        return "-"
+    mean, std, n = figure
+    return scale.format(mean) + (f" ± {scale.format(std)}" if std is not None else "") + ("" if n > 1 else " (1 run)")
+
+
+def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> str:
+    """The hour's figure for a row the report shows under the full profile, with its time per run, so each row
+    reads at both budgets; "as shown" where the row's figures are the hour's already."""
+    shown_profile = row_profile(row, ledger)
+    if shown_profile == "hour":
+        return "as shown"
+    if not row.in_hour:
+        return "not in the hour's plan"
+    figure = row_figures(row, ledger, "hour").get(metric)
+    if not figure:
+        return "-"
+    minutes = statistics.fmean(r["seconds"] for r in row_records(row, ledger, "hour")) / 60
+    return (
+        f"{cell(figure, scale)}, {minutes:.0f} min"
+        if minutes >= 1.5
+        else f"{cell(figure, scale)}, {minutes * 60:.0f} s"
+    )
+
+
+def row_start(row: Row, ledger: Ledger, figures: dict) -> str:
+    """A table row's first cells: the row, the profile its figures come from, and how many seeds they average."""
+    seeds = max((figure[2] for figure in figures.values()), default=0)
+    return f"| {row.label} | {row_profile(row, ledger) or '-'} | {seeds}"
+
+
+def delta(ours, paper, digits: int) -> str:
+    if not ours or paper is None:
+        return "-"
+    return f"{ours[0] - paper:+.{digits}f}"
+
+
+def budget_sentence(hour_row: Row, epochs_row: Row, ledger: Ledger) -> str | None:
+    """How much of the hour's gap to the paper the 3-epoch cross-encoder closes, once both rows have figures."""
+    hour, epochs = row_figures(hour_row, ledger, "hour").get("map"), row_figures(epochs_row, ledger, "hour").get("map")
+    if not hour or not epochs or not hour_row.paper:
+        return None
+    paper = hour_row.paper["map"]
+    hour_gap, epochs_gap = paper - hour[0], paper - epochs[0]
+
+    def gap(value: float) -> str:
+        return f"{abs(value):.3f} {'below' if value > 0 else 'above'}"
+
+    if hour_gap > 0 and epochs_gap < hour_gap / 2:
+        reading = "most of the gap in the hour's MiniLM rows is their training budget, not the smaller encoder"
+    elif epochs_gap < hour_gap:
+        reading = "part of the gap in the hour's MiniLM rows is their training budget, the rest the smaller encoder"
+    else:
+        reading = "more training does not close the gap here, so the smaller encoder is the likelier cause"
+    seeds = f"{epochs[2]} seed{'s' if epochs[2] > 1 else ''}"
+    return (
+        f"Trained for 3 epochs of all the training pairs (the row outside the hour, {seeds}), the same MiniLM "
+        f"cross-encoder reaches MAP {epochs[0]:.3f}, {gap(epochs_gap)} the paper's BERT-base ({paper:.3f}); the "
+        f"hour's {MINILM_STEPS * MINILM_BATCH:,} pairs leave it {gap(hour_gap)}. So {reading}."
+    )
+
+
+def wall_sentence(meta: dict, ledger: Ledger) -> str:
+    if "wall_s" not in meta:
+        return "no complete invocation recorded yet"
+    text = f"the last complete invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
+    over = (
+        f"; **that is over the hour the plan is meant to fit by {meta['wall_s'] / 60 - 60:.0f} minutes**"
+        if meta.get("profile", "hour") == "hour" and meta["wall_s"] > 3600
+        else ""
+    )
+    if meta.get("note"):  # what the recorded time does not show by itself (a shared machine, say)
+        over += f" ({meta['note']})"
+    if meta.get("data_wall_s"):
+        return text + f" ({meta['data_wall_s'] / 60:.0f} of them preparing the data)" + over
+    steps = sum(r["seconds"] for k, r in ledger.records.items() if k.startswith("data:"))
+    return (
+        text
+        + (
+            f"; the data had been prepared by an earlier one ({steps / 60:.0f} minutes, its steps summed, "
+            "one after another)"
+            if steps
+            else ""
+        )
+        + over
+    )
+
+
+def verdict(a, b, paper_diff: float | None, reading: bool, same_budget: bool) -> str:
+    """A claim's verdict from our two rows' figures (mean, std, n) and the paper's difference."""
+    diff = a[0] - b[0]
+    spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
+    if not same_budget:
+        return "budgets differ: not compared"
+    if reading and min(a[0], b[0]) < 10:  # see the DynSAN section
+        return "no evidence: F1 under 10"
+    if a[2] < 2 or b[2] < 2:
+        return ("better" if diff > 0 else "worse") + ", one seed: no spread to judge by"
+    if abs(diff) <= spread:
+        return "within noise"
+    if paper_diff is None:
+        return "better" if diff > 0 else "worse"
+    return "holds" if (diff > 0) == (paper_diff > 0) else "reversed"

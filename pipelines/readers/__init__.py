@@ -1,0 +1,55 @@
+"""Readers for the answer-selection sets in their published formats, each checked against published sizes.
+
+Every reader returns `{split: pa.Table}` in the PAIRS shape (qid, question, aid, answer, label), candidates in
+file order. Bad input raises `ReaderError` naming the file and line; with `on_error="skip"` the bad record is
+skipped and counted instead (`Corpus.skipped`), never dropped silently.
+
+- WikiQA (Yang et al. 2015): the original `WikiQA-{train,dev,test}.tsv` (CRLF, a header, no quoting: sentences
+  hold bare `"`). `clean=True` (the papers' setting) keeps questions with at least one correct answer:
+  873/126/243 questions, 8,672/1,130/2,351 pairs.
+- TrecQA (Wang et al. 2007, Yao et al. 2013): the jacana pseudo-XML (`TRAIN.xml`, `DEV.xml`, `TEST.xml`,
+  `TRAIN-ALL.xml` when there; five tab-separated lines per sentence of which the first is the tokens), or the
+  tokenised castorini layout (`train/`, `raw-dev/`, `clean-test/`, ...: line-aligned `a.toks`, `b.toks`,
+  `sim.txt`, `id.txt`). `clean=True` drops dev/test questions whose candidates are all positive or all
+  negative: 65/68 questions, 1,117/1,442 pairs.
+- SemEval-2016 Task 3 Qatar Living (English XML): task A (a thread's question against its ten comments, Good
+  positive), as the CTRN paper's QatarLiving (its Table 3, full release: 4.8K/224/327 questions,
+  36K/2.4K/3.2K pairs), or task C (the original question against the comments of all its threads).
+- InsuranceQA v1 (`insuranceqa`) and YahooQA (`yahooqa`): see their readers.
+
+A module per format family: `wikiqa`, `trecqa`, `semeval`, `insuranceqa`, `yahooqa`, `stackexchangeqa` (our own
+build, checked from its footers), and `passages` (the multi-passage reading-comprehension sets, PASSAGE_RECORDS
+rows); `common` holds the PAIRS shape, the published sizes, `Corpus` and the error policy.
+"""
+
+from pipelines.readers.common import PAIRS, PUBLISHED, Corpus, ReaderError
+from pipelines.readers.insuranceqa import read_insuranceqa
+from pipelines.readers.passages import PASSAGE_READERS
+from pipelines.readers.semeval import read_semeval
+from pipelines.readers.stackexchangeqa import stackexchangeqa_found
+from pipelines.readers.trecqa import read_trecqa
+from pipelines.readers.wikiqa import read_wikiqa
+from pipelines.readers.yahooqa import read_yahooqa
+
+READERS = {
+    "wikiqa": read_wikiqa,
+    "trecqa": read_trecqa,
+    "semeval-ql": read_semeval,
+    "insuranceqa": read_insuranceqa,
+    "yahooqa": read_yahooqa,
+}
+
+__all__ = [
+    "PAIRS",
+    "PASSAGE_READERS",
+    "PUBLISHED",
+    "READERS",
+    "Corpus",
+    "ReaderError",
+    "read_insuranceqa",
+    "read_semeval",
+    "read_trecqa",
+    "read_wikiqa",
+    "read_yahooqa",
+    "stackexchangeqa_found",
+]

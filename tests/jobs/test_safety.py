@@ -1,0 +1,613 @@
+"""What the jobs refuse, and how they fail: outputs that never destroy inputs, checkpoints that are data, options
+checked before any work, one line whatever fails where. Each probe of docs/operators.md's table is here, on real
+folders, real Parquet files and real checkpoints; the fast ones need no Ray, the slow ones train for real."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.checks import UsageError
+from tests.conftest import REPO, kill_session, make_tokenised
+
+
+def tree(folder) -> dict:
+    """Every file under `folder` with its size and sha256: what "nothing on disk changed" compares."""
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def _posts_xml(path) -> str:
+    path.write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n<posts>\n'
+        '  <row Id="1" PostTypeId="1" Score="3" Title="Which hops?" Body="&lt;p&gt;Which hops?&lt;/p&gt;" '
+        'Tags="&lt;hops&gt;" CreationDate="2014-01-21T20:26:05.383" />\n</posts>\n'
+    )
+    return str(path)
+
+
+@pytest.fixture
+def tiny(tmp_path) -> str:
+    return make_tokenised(tmp_path / "tokenised")
+
+
+def _checkpoint(folder, data: str, model: str = "gsamn", step: int = 3, **train) -> str:
+    """A real checkpoint of jobs/train.py's format, written without Ray: a small model's weights."""
+    from training.checkpoints import write_checkpoint
+    from training.config import TrainConfig
+    from training.data import read_manifest
+    from training.models import build_model
+
+    manifest = read_manifest(data)
+    cfg = TrainConfig(model=model, data=data, dim=16, **train)
+    network = build_model(cfg, manifest["vocab_size"])
+    os.makedirs(folder, exist_ok=True)
+    write_checkpoint(
+        str(folder),
+        {"model": network.state_dict(), "step": step, "epoch": 0, "dev_history": []},
+        {
+            "train": asdict(cfg),
+            "model_config": asdict(network.config),
+            "step": step,
+            "vocab_size": manifest["vocab_size"],
+            "vocab_sha256": manifest["vocab_sha256"],
+            "dev": {},
+        },
+    )
+    return str(folder)
+
+
+def _main(job: str):
+    import importlib
+
+    return importlib.import_module(f"jobs.{job}").main
+
+
+def _exit_code(job: str, argv: list[str]) -> int:
+    """A job's main() in this process (no Ray is started by what these probes reach): its return or exit code."""
+    try:
+        return _main(job)(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+# ------------------------------------------------------------------------------------- outputs never destroy
+def test_build_refuses_an_output_folder_that_holds_its_dump(tmp_path, capsys):
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    dump = _posts_xml(dumps / "Posts.xml")
+    (dumps / "notes.txt").write_text("mine")
+    before = tree(tmp_path)
+    assert _exit_code("build_stackexchangeqa", ["--dump", dump, "--output", str(dumps)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"build_stackexchangeqa: error: --output {dumps}: holds the input {dump}; replacing it would "
+        "delete that input (name another folder)"
+    )
+    assert _exit_code("build_stackexchangeqa", ["--dump", dump, "--output", str(tmp_path)]) == 2  # a parent too
+    assert "holds the input" in capsys.readouterr().err
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "case", ["existing file", "foreign folder", "another job's output", "input itself", "input's parent"]
+)
+def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, case):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("three years")
+    make_tokenised(tmp_path / "earlier")
+    from pipelines.atomic import write_marker
+
+    write_marker(str(tmp_path / "earlier"), "build_stackexchangeqa")
+    output, why = {
+        "existing file": (str(elsewhere / "thesis.tex"), "an existing file, not a folder"),
+        "foreign folder": (str(elsewhere), "a non-empty folder, not an earlier output of tokenize_corpora"),
+        "another job's output": (str(tmp_path / "earlier"), "an output of build_stackexchangeqa"),
+        "input itself": (tiny, f"is the input {tiny}"),
+        "input's parent": (str(tmp_path), f"holds the input {tiny}"),
+    }[case]
+    before = tree(tmp_path)
+    assert _exit_code("tokenize_corpora", ["--dataset", "stackexchangeqa", "--input", tiny, "--output", output]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tokenize_corpora: error: --output {output}: ") and why in err and "\n" not in err
+    assert tree(tmp_path) == before and not [p for p in os.listdir(tmp_path) if ".partial-" in p or ".old-" in p]
+
+
+@pytest.mark.parametrize(
+    "job, option, target",
+    [
+        ("word_vectors", "--output", "manifest.npy"),  # its .json report would replace manifest.json
+        ("evaluate", "--output", "manifest.json"),
+        ("zero_shot", "--output", "vocab.json"),
+        ("train", "--test-output", "train/part-00000.parquet"),
+    ],
+)
+def test_a_results_file_never_replaces_an_input(tmp_path, tiny, capsys, job, option, target):
+    checkpoint = _checkpoint(tmp_path / "checkpoint", tiny)
+    argv = {
+        "word_vectors": ["--data", tiny],
+        "evaluate": ["--checkpoint", checkpoint, "--data", tiny],
+        "zero_shot": ["--data", tiny],
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--test-split", "test"],
+    }[job]
+    before = tree(tmp_path)
+    assert _exit_code(job, argv + [option, os.path.join(tiny, target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "writing it would destroy that input" in err and target.split(".")[0] in err
+    assert tree(tmp_path) == before
+
+
+def test_an_earlier_output_is_replaced_whole_and_only_ours_are_cleaned_up(tmp_path):
+    from pipelines.atomic import MARKER, OutputError, output_job, staged_dir
+    from pipelines.stackexchangeqa import earlier_build
+
+    out = tmp_path / "out"
+    with staged_dir(str(out), "build_stackexchangeqa") as staging:
+        Path(os.path.join(staging, "stats.json")).write_text("{}")
+    assert output_job(str(out)) == "build_stackexchangeqa" and sorted(os.listdir(out)) == [MARKER, "stats.json"]
+    (tmp_path / "out.partial-user").mkdir()  # a folder of the user's that only looks like staging: kept
+    (tmp_path / "out.partial-user" / "keep.txt").write_text("mine")
+    with pytest.raises(RuntimeError, match="half way"), staged_dir(str(out), "build_stackexchangeqa") as staging:
+        Path(os.path.join(staging, "stats.json")).write_text('{"new": true}')
+        raise RuntimeError("half way")
+    assert (out / "stats.json").read_text() == "{}"  # the old output, whole
+    with staged_dir(str(out), "build_stackexchangeqa") as staging:
+        Path(os.path.join(staging, "stats.json")).write_text('{"new": true}')
+    assert json.loads((out / "stats.json").read_text()) == {"new": True}
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.partial-user"]
+    with (
+        pytest.raises(OutputError, match="an output of build_stackexchangeqa"),
+        staged_dir(str(out), "tokenize_corpora"),
+    ):
+        pass
+    # a build written before outputs carried a marker is still recognised as one
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "stats.json").write_text(json.dumps({"splits": {}, "pairs": {}}))
+    with staged_dir(str(legacy), "build_stackexchangeqa", legacy=earlier_build):
+        pass
+    assert output_job(str(legacy)) == "build_stackexchangeqa"
+    from pipelines.atomic import check_output
+    from pipelines.shards import earlier_tokenisation
+
+    check_output(make_tokenised(tmp_path / "tokenised-before-markers"), "tokenize_corpora", legacy=earlier_tokenisation)
+
+
+def test_a_run_folder_that_is_the_data_or_holds_other_files_is_refused(tmp_path, tiny, capsys):
+    (tmp_path / "thesis").mkdir()
+    (tmp_path / "thesis" / "chapter1.tex").write_text("mine")
+    before = tree(tmp_path)
+    for storage, name, fragment in (
+        (str(tmp_path), "tokenised", "is or holds --data"),
+        (str(tmp_path), "thesis", "holds 'chapter1.tex' (1 such entries), so it is not a run folder"),
+    ):
+        argv = ["--model", "gsamn", "--data", tiny, "--storage-path", storage, "--name", name]
+        assert _exit_code("train", argv) == 2
+        line = capsys.readouterr().err.strip()
+        assert fragment in line and "\n" not in line, line
+    assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------- options checked first
+NONSENSE = [
+    ("train", ["--max-steps", "0"], "--max-steps must be at least 1"),
+    ("train", ["--max-len", "0"], "--max-len must be at least 1"),
+    ("train", ["--num-workers", "0"], "--num-workers must be at least 1"),
+    ("train", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("train", ["--lr", "-1"], "--lr must be at least 0"),
+    ("train", ["--lr", "nan"], "--lr must be a finite number"),
+    ("train", ["--dropout", "1.5"], "--dropout must be in [0, 1)"),
+    ("train", ["--checkpoint-minutes", "-1"], "--checkpoint-minutes must be at least 0"),
+    ("train", ["--eval-every", "0"], "--eval-every must be at least 1"),
+    ("train", ["--keep-checkpoints", "0"], "--keep-checkpoints must be at least 1"),
+    ("train", ["--name", "../elsewhere"], "a run name is one folder name"),
+    ("build_stackexchangeqa", ["--rows-per-shard", "0"], "--rows-per-shard must be at least 1"),
+    ("build_stackexchangeqa", ["--negatives", "-1"], "--negatives must be at least 0"),
+    ("build_stackexchangeqa", ["--negatives", "nan"], "--negatives must be a finite number"),
+    ("build_stackexchangeqa", ["--dev-fraction", "1.2"], "--dev-fraction must be in [0, 1)"),
+    ("build_stackexchangeqa", ["--dev-fraction", "0.6", "--test-fraction", "0.5"], "leave no questions to train on"),
+    ("build_stackexchangeqa", ["--partition-mb", "0"], "--partition-mb must be at least 1"),
+    ("build_stackexchangeqa", ["--requests-per-second", "0"], "--requests-per-second must be above 0"),
+    ("tokenize_corpora", ["--min-count", "0"], "--min-count must be at least 1"),
+    ("tokenize_corpora", ["--max-vocab", "2"], "--max-vocab must be at least 5"),
+    ("tokenize_corpora", ["--max-context-tokens", "0"], "--max-context-tokens must be at least 1"),
+    ("word_vectors", ["--dim", "0"], "--dim must be at least 1"),
+    ("word_vectors", ["--min-n", "4", "--max-n", "3"], "--max-n must be at least 4"),
+    ("evaluate", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("evaluate", ["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+    ("zero_shot", ["--batch-size", "0"], "--batch-size must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("job, options, message", NONSENSE, ids=[" ".join([j] + o) for j, o, _ in NONSENSE])
+def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, job, options, message):
+    valid = {
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs")],
+        "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o")],
+        "tokenize_corpora": ["--dataset", "wikiqa", "--input", tiny, "--output", str(tmp_path / "o")],
+        "word_vectors": ["--data", tiny],
+        "evaluate": ["--checkpoint", str(tmp_path), "--data", tiny],
+        "zero_shot": ["--data", tiny],
+    }[job]
+    assert _exit_code(job, valid + options) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(message) or message in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "runs").exists()
+
+
+def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
+    from pipelines.stackexchangeqa import BuildConfig
+    from pipelines.tokenize import TokenizeConfig
+    from training.config import TrainConfig
+
+    with pytest.raises(UsageError, match="--max-steps must be at least 1"):
+        TrainConfig(model="gsamn", data=tiny, max_steps=0)
+    with pytest.raises(UsageError, match="--negatives must be a finite number"):
+        BuildConfig(dumps=["x"], negatives=float("nan"))
+    with pytest.raises(UsageError, match="--shard-mb must be at least 1"):
+        TokenizeConfig(dataset="wikiqa", input="x", output="y", shard_mb=0)
+
+
+def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
+    """--dry-run reads what the run reads first: a missing --data, a missing --init-from or vocabulary, a
+    damaged checkpoint; each exits non-zero with one line, as the run would, without starting anything."""
+    runs = str(tmp_path / "runs")
+    probes = [
+        ("train", ["--model", "gsamn", "--data", str(tmp_path / "none"), "--storage-path", runs], 2, "not found"),
+        (
+            "train",
+            ["--model", "gsamn", "--data", tiny, "--storage-path", runs, "--init-from", str(tmp_path / "x")],
+            2,
+            "neither a checkpoint",
+        ),
+        (
+            "train",
+            ["--model", "gsamn", "--data", tiny, "--storage-path", runs, "--test-split", "validation"],
+            2,
+            "no 'validation' split",
+        ),
+        (
+            "tokenize_corpora",
+            [
+                "--dataset",
+                "wikiqa",
+                "--input",
+                tiny,
+                "--output",
+                str(tmp_path / "o"),
+                "--vocab",
+                str(tmp_path / "none.json"),
+            ],
+            2,
+            "--vocab",
+        ),
+        ("word_vectors", ["--data", tiny, "--vectors", str(tmp_path / "glove.txt")], 2, "no such file"),
+        ("zero_shot", ["--data", tiny, "--split", "validation"], 2, "no such split"),
+    ]
+    for job, argv, code, fragment in probes:
+        assert _exit_code(job, argv + ["--dry-run"]) == code, (job, argv)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0], (job, lines)
+    footer = make_tokenised(tmp_path / "footer")
+    shard = os.path.join(footer, "dev", "part-00000.parquet")
+    with open(shard, "r+b") as f:  # the same size, so only reading the footer finds it
+        f.seek(-8, os.SEEK_END)
+        footer_length = int.from_bytes(f.read(4), "little")
+        f.seek(-8 - footer_length, os.SEEK_END)
+        f.write(bytes(footer_length // 2))
+    assert _exit_code("train", ["--model", "gsamn", "--data", footer, "--storage-path", runs, "--dry-run"]) == 1
+    assert f"ShardError: {shard}: not a readable Parquet file" in capsys.readouterr().err
+    altered = make_tokenised(tmp_path / "altered")
+    with open(os.path.join(altered, "vocab.json"), "a") as f:
+        f.write(" ")
+    assert _exit_code("train", ["--model", "gsamn", "--data", altered, "--storage-path", runs, "--dry-run"]) == 1
+    assert "vocab.json: not the vocabulary" in capsys.readouterr().err
+    damaged = _checkpoint(tmp_path / "damaged", tiny)
+    with open(os.path.join(damaged, "state.pt"), "r+b") as f:
+        f.truncate(100)
+    assert _exit_code("evaluate", ["--checkpoint", damaged, "--data", tiny, "--dry-run"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert f"{damaged}: damaged checkpoint: state.pt does not match its sha256" in line and "\n" not in line
+    assert not os.path.exists(runs)
+
+
+def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, tiny, capsys):
+    packages = ("crawl", "pipelines", "qa_models", "jobs", "training", "runtime", "experiments", "bench", "infra")
+    modules = sorted(
+        os.path.relpath(os.path.join(folder, name[:-3]), REPO).replace(os.sep, ".").removesuffix(".__init__")
+        for package in packages
+        for folder, _, names in os.walk(os.path.join(REPO, package))
+        for name in names
+        if name.endswith(".py")
+    )
+    assert "pipelines.stackexchangeqa.threads" in modules and "pipelines.readers" in modules
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\nprint(len(sys.argv) - 1)"
+    done = subprocess.run([sys.executable, "-c", code, *modules], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == str(len(modules)), done.stderr[-2000:]
+
+    checkpoint = _checkpoint(tmp_path / "checkpoint", tiny)
+    dry_runs = {
+        "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "seqa")],
+        "tokenize_corpora": ["--dataset", "wikiqa", "--input", tiny, "--output", str(tmp_path / "tok")],
+        "word_vectors": ["--data", tiny],
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--dim", "16"],
+        "evaluate": ["--checkpoint", checkpoint, "--data", tiny],
+        "zero_shot": ["--data", tiny],
+    }
+    # every console script of pyproject.toml names a job's main
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert {target.split(":")[0].removeprefix("jobs.") for target in scripts.values()} >= set(dry_runs)
+    for target in scripts.values():
+        module, _, function = target.partition(":")
+        assert function == "main" and callable(getattr(importlib.import_module(module), function)), target
+    for job, argv in dry_runs.items():
+        assert _exit_code(job, ["--help"]) == 0
+        assert "--dry-run" in capsys.readouterr().out
+        assert _exit_code(job, argv + ["--dry-run"]) == 0, capsys.readouterr().err
+        printed = json.loads(capsys.readouterr().out)
+        assert isinstance(printed, dict) and printed
+    assert tree(tmp_path / "tokenised") == tree(tiny) and not (tmp_path / "seqa").exists()
+
+
+# ------------------------------------------------------------------------------------- checkpoints are data
+def test_a_crafted_checkpoint_runs_no_code(tmp_path, tiny, capsys):
+    from training.checkpoints import CheckpointError, read_state, write_checksums
+
+    proof = tmp_path / "payload-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {proof}",))
+
+    crafted = tmp_path / "crafted"
+    _checkpoint(crafted, tiny)
+    torch.save({"model": Payload(), "step": 1}, crafted / "state.pt")
+    write_checksums(str(crafted))  # whoever crafted it wrote matching checksums too
+    with pytest.raises(CheckpointError, match=r"refused: .* which loading would run as code \(unsupported GLOBAL"):
+        read_state(str(crafted))
+    assert _exit_code("evaluate", ["--checkpoint", str(crafted), "--data", tiny]) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"evaluate: error: CheckpointError: {crafted}/state.pt: refused") and "\n" not in line
+    assert (
+        _exit_code(
+            "train",
+            [
+                "--model",
+                "gsamn",
+                "--data",
+                tiny,
+                "--storage-path",
+                str(tmp_path / "runs"),
+                "--init-from",
+                str(crafted),
+                "--dry-run",
+            ],
+        )
+        == 1
+    )
+    assert "which loading would run as code" in capsys.readouterr().err
+    assert not proof.exists()
+
+
+def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_is_used(tmp_path, tiny):
+    from training.checkpoints import CheckpointError, checkpoint_problem, load_state_file, usable_checkpoint
+
+    run = tmp_path / "run"
+    paths = [_checkpoint(run / f"checkpoint_2026-11-26_0{step}-00-00.000000", tiny, step=step) for step in (2, 4, 6)]
+    latest = paths[-1]
+    with open(os.path.join(latest, "state.pt"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(latest, "state.pt")) // 2)
+    assert "state.pt does not match its sha256" in checkpoint_problem(latest)
+    lines = []
+    assert usable_checkpoint(latest, lines.append) == paths[1]
+    assert lines[0].startswith(f"[train] damaged checkpoint {latest}: state.pt") and "(step 4)" in lines[1]
+    os.rename(os.path.join(latest, "config.json"), os.path.join(latest, "config.moved"))  # its step unknown
+    assert usable_checkpoint(latest) == paths[1]  # older by name (Ray Train names them by time)
+    os.rename(os.path.join(latest, "config.moved"), os.path.join(latest, "config.json"))
+    os.remove(os.path.join(latest, "checksums.json"))  # written before checksums: its load still fails, by name
+    with pytest.raises(CheckpointError, match=r"state.pt: damaged"):
+        load_state_file(os.path.join(latest, "state.pt"))
+    for path in paths[:2]:
+        os.remove(os.path.join(path, "config.json"))
+    with pytest.raises(CheckpointError, match=r"every checkpoint of .* is damaged"):
+        usable_checkpoint(latest)
+
+
+# ------------------------------------------------------------------------------------- real runs (Ray Train)
+def _train(tiny, runs, name, *options, timeout=300):
+    command = [
+        sys.executable,
+        os.path.join(REPO, "jobs", "train.py"),
+        "--model",
+        "gsamn",
+        "--data",
+        tiny,
+        "--storage-path",
+        str(runs),
+        "--name",
+        name,
+        "--dim",
+        "16",
+        "--batch-size",
+        "4",
+        "--num-cpus",
+        "2",
+        *options,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def _stderr_is_one_line_error(stderr: str) -> str:
+    """The last line, after checking no traceback reached the console (Ray's own core_worker notices aside)."""
+    assert "Traceback" not in stderr and "Error in training function" not in stderr, stderr[-3000:]
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_test_split_run_writes_its_predictions_and_a_reused_name_is_checked(tmp_path):
+    tiny = make_tokenised(tmp_path / "tokenised")
+    output = tmp_path / "results" / "test.jsonl"
+    done = _train(
+        tiny, tmp_path / "runs", "run", "--max-steps", "6", "--test-split", "test", "--test-output", str(output)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["test"]["split"] == "test" and summary["test"]["output"] == str(output)
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == 6 and {r["qid"] for r in records} == {f"test-q{q}" for q in range(6)}
+    assert "test: MAP" in done.stderr
+
+    before = tree(tmp_path / "runs")
+    for options, fragment in (
+        (["--model", "ggsa"], "holds a gsamn run (step 6), this command trains ggsa"),
+        (["--dim", "32"], "of another model configuration (dim 16 there, 32 here)"),
+    ):
+        again = _train(tiny, tmp_path / "runs", "run", "--max-steps", "6", *options)
+        assert again.returncode == 2 and fragment in _stderr_is_one_line_error(again.stderr), again.stderr[-2000:]
+    assert tree(tmp_path / "runs") == before
+
+
+@pytest.mark.slow
+def test_a_damaged_latest_checkpoint_falls_back_and_time_bounds_the_work_lost(tmp_path, ray_local):
+    from training.checkpoints import run_checkpoints
+    from training.config import TrainConfig
+    from training.trainer import run
+
+    tiny = make_tokenised(tmp_path / "tokenised")
+    cfg = TrainConfig(
+        model="gsamn",
+        data=tiny,
+        storage_path=str(tmp_path),
+        name="fallback",
+        max_steps=6,
+        checkpoint_every=2,
+        keep_checkpoints=5,
+        dim=16,
+        batch_size=4,
+        log_every=2,
+    )
+    assert run(cfg)["steps"] == 6
+    latest = run_checkpoints(str(tmp_path / "fallback"))[0][1]
+    with open(os.path.join(latest, "state.pt"), "r+b") as f:
+        f.truncate(1000)
+    summary = run(TrainConfig(**dict(asdict(cfg), max_steps=8)))
+    assert summary["resumed_from_step"] == 4 and summary["steps"] == 8, summary
+
+    # --checkpoint-minutes alone (no --checkpoint-every, no evaluation before the end): checkpoints come by time
+    timed = TrainConfig(
+        model="gsamn",
+        data=tiny,
+        storage_path=str(tmp_path),
+        name="timed",
+        max_steps=5,
+        checkpoint_minutes=1e-6,
+        keep_checkpoints=50,
+        dim=16,
+        batch_size=4,
+        log_every=10,
+    )
+    assert run(timed)["steps"] == 5
+    # every step takes longer than 60 microseconds: a checkpoint after each, the last the run's final one
+    assert [step for step, _ in run_checkpoints(str(tmp_path / "timed"))] == [5, 4, 3, 2, 1]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to the job"])
+def test_a_signal_saves_a_checkpoint_and_the_same_command_resumes_from_it(tmp_path, how):
+    tiny = make_tokenised(tmp_path / "tokenised")
+    name = "ctrl-c" if how.startswith("SIGINT") else "term"
+    command = [
+        sys.executable,
+        os.path.join(REPO, "jobs", "train.py"),
+        "--model",
+        "gsamn",
+        "--data",
+        tiny,
+        "--storage-path",
+        str(tmp_path / "runs"),
+        "--name",
+        name,
+        "--dim",
+        "16",
+        "--batch-size",
+        "4",
+        "--num-cpus",
+        "2",
+        "--log-every",
+        "5",
+        "--checkpoint-minutes",
+        "0",
+    ]
+    proc = subprocess.Popen(
+        command + ["--max-steps", "5000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            line = proc.stderr.readline()
+            if "[train] step 10/" in line or not line:
+                break
+        assert proc.poll() is None, "the run ended before the signal"
+        if how.startswith("SIGINT"):
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        kill_session(proc.pid)
+        proc.wait()
+    expected = signal.SIGINT if how.startswith("SIGINT") else signal.SIGTERM
+    assert proc.returncode == 128 + expected, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    stopped = summary["steps"]
+    assert summary["interrupted"] == expected.name and 10 <= stopped < 5000, summary
+    assert f"train: stopped by {expected.name} at step {stopped} of 5000" in err
+    if expected == signal.SIGTERM:
+        return  # the resume is the same for either signal: checked once
+    again = subprocess.run(command + ["--max-steps", str(stopped + 3)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads(again.stdout.strip().splitlines()[-1])
+    assert resumed["resumed_from_step"] == stopped and resumed["steps"] == stopped + 3
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_an_error_inside_a_training_worker_ends_in_one_line_naming_the_file(tmp_path):
+    tiny = make_tokenised(tmp_path / "tokenised", questions=60)
+    shard = os.path.join(tiny, "train", "part-00000.parquet")
+    data = bytearray(Path(shard).read_bytes())
+    # zeros over the first row group's pages, the footer intact: the same size and rows as the manifest says, so
+    # only reading the rows (in the worker) finds the damage
+    data[8 : len(data) // 3] = bytes(len(data) // 3 - 8)
+    Path(shard).write_bytes(bytes(data))
+    done = _train(tiny, tmp_path / "runs", "broken", "--max-steps", "4")
+    assert done.returncode == 1
+    last = _stderr_is_one_line_error(done.stderr)
+    assert last.startswith(f"train: error: ShardError: {shard}: row group 0: "), last
+    log = last.rsplit("(traceback: ", 1)[-1].rstrip(")")
+    assert "training worker of rank 0" in Path(log).read_text()

@@ -1,0 +1,223 @@
+"""DynSAN: the DynSA block against attention over its chosen tokens computed by hand, equal to the block without
+selection when K covers the sequence, memory linear in L, the passage split, both heads' likelihoods by hand,
+padding invariance of the whole network."""
+
+import pytest
+import torch
+
+from qa_models.dynsan import DynSABlock, DynSAN, DynSANConfig, _occurrence_nll, join_passages, split_passages
+
+
+def _block(select=True, top_k=4, seed=0):
+    torch.manual_seed(seed)
+    return DynSABlock(dim=8, heads=2, top_k=top_k, kernel=3, select=select).eval()
+
+
+def test_with_k_at_least_the_length_selection_changes_nothing():
+    x, mask = torch.randn(2, 9, 8), torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    selecting, plain = _block(top_k=9), _block(select=False)
+    plain.load_state_dict(selecting.state_dict())
+    torch.testing.assert_close(selecting(x, mask)[0], plain(x, mask)[0])
+    longer = _block(top_k=50)
+    longer.load_state_dict(selecting.state_dict())
+    torch.testing.assert_close(longer(x, mask)[0], plain(x, mask)[0])
+
+
+def test_attention_runs_among_the_k_chosen_tokens_only_and_unchosen_get_zeros():
+    block = _block(top_k=3)
+    x, mask = torch.randn(1, 10, 8), torch.ones(1, 10, dtype=torch.bool)
+    mask[0, 8:] = False
+    out, gate_l1 = block(x, mask)
+    u = x
+    for conv in block.local:
+        u = conv(u, mask)
+    hidden = torch.relu(block.hidden(u))
+    gates = torch.sigmoid(block.gate(hidden))[0].T * mask[0]  # (H, L)
+    f = block.transform(hidden)[0].view(10, 2, 4).transpose(0, 1)  # (H, L, d)
+    q, k, v = block.qkv(u)[0].view(10, 3, 2, 4).permute(1, 2, 0, 3)  # each (H, L, d)
+    z = torch.zeros(2, 10, 4)
+    for h in range(2):
+        chosen = gates[h, :8].topk(3).indices  # real tokens only
+        attended = torch.zeros(10, 4)
+        weights = torch.softmax(q[h, chosen] @ k[h, chosen].T / 2.0, -1)  # sqrt(D / H) = 2
+        attended[chosen] = weights @ v[h, chosen]
+        z[h] = (f[h] + attended) * (gates[h] / gates[h].max())[:, None]  # eq. 3
+    expected = block.out(z.transpose(0, 1).reshape(10, 8)) + u[0]  # eq. 5
+    torch.testing.assert_close(out[0, :8], expected[:8])
+    assert (out[0, 8:] == 0).all()
+    torch.testing.assert_close(gate_l1[0], gates.sum())
+
+
+def _saved_bytes(block, length):
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    x = torch.randn(1, length, 8, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x, torch.ones(1, length, dtype=torch.bool))[0].sum()
+    return total
+
+
+def test_memory_grows_linearly_in_the_length_with_selection_and_quadratically_without():
+    selecting, plain = _block(top_k=16), _block(select=False)
+    linear = _saved_bytes(selecting, 2048) / _saved_bytes(selecting, 1024)
+    quadratic = _saved_bytes(plain, 2048) / _saved_bytes(plain, 1024)
+    assert linear < 2.2 and quadratic > 3.0, (linear, quadratic)
+
+
+def test_split_and_join_passages_round_trip():
+    x = torch.arange(2 * 7, dtype=torch.float32).view(2, 7, 1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    passage = torch.tensor([[0, 0, 1, 1, 1, 2, 0], [0, 1, 1, 1, 0, 0, 0]])
+    flat, flat_mask, where = split_passages(x, passage, mask, passages=3)
+    assert flat.shape == (6, 3, 1)
+    assert flat[0, :2, 0].tolist() == [0.0, 1.0] and flat[1, :, 0].tolist() == [2.0, 3.0, 4.0]
+    assert flat_mask.sum(1).tolist() == [2, 3, 1, 1, 3, 0]
+    torch.testing.assert_close(join_passages(flat, where, mask), x * mask[..., None])
+
+
+def test_heads_likelihoods_by_hand():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    nll = _occurrence_nll(logits, torch.tensor([[1, 3, -1]]))  # two occurrences: p = 0.2 + 0.4
+    assert nll.item() == pytest.approx(-torch.log(torch.tensor(0.6)).item())
+    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": "multiple_choice"}))
+    output = {"tokens": logits, "gate_l1": torch.zeros(1)}
+    mentions = torch.tensor([[0, -1, 1, 0]])  # candidate 0 at tokens 0 and 3, candidate 1 at token 2
+    log_p = model.candidate_log_probs(output, mentions, candidates=3)
+    torch.testing.assert_close(log_p.exp(), torch.tensor([[0.5, 0.3, 0.0]]))
+    loss = model.loss(output, {"mentions": mentions, "answer": torch.tensor([1])})
+    assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.3)).item())
+    # a row whose answer was cut off with the context adds nothing, rather than an infinite loss
+    two = torch.cat([logits, logits])
+    assert _occurrence_nll(two, torch.tensor([[1, 3, -1], [-1, -1, -1]])).item() == pytest.approx(nll.item())
+    assert _occurrence_nll(logits, torch.tensor([[-1]])).item() == 0.0
+    loss = model.loss(
+        {"tokens": two, "gate_l1": torch.zeros(2)},
+        {"mentions": torch.cat([mentions, torch.full((1, 4), -1)]), "answer": torch.tensor([1, 1])},
+    )
+    assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.3)).item())
+
+
+def test_passage_batch_numbers_passages_and_keeps_answers_within_the_context():
+    from qa_models.batching import passage_batch
+
+    rows = {
+        "question_ids": [[5, 6], [7]],
+        "question_char_ids": [[[1, 2], [3]], [[4, 5, 6]]],
+        "context_ids": [[8, 9, 10, 11, 12], [13, 14, 15]],
+        "context_char_ids": [[[1], [2], [3], [4], [5, 6]], [[7], [8], [9]]],
+        "passage_starts": [[0, 2, 4], [0]],
+        "answer_starts": [[1, 4], [2]],
+        "answer_ends": [[2, 4], [2]],
+        "mention_starts": [[], [0, 2]],
+        "mention_ends": [[], [1, 2]],
+        "mention_candidates": [[], [1, 0]],
+        "answer_index": [-1, 0],
+    }
+    batch = passage_batch(rows, max_context=4)
+    assert batch["context_ids"].tolist() == [[8, 9, 10, 11], [13, 14, 15, 0]]
+    assert batch["context_mask"].tolist() == [[True] * 4, [True] * 3 + [False]]
+    assert batch["passage"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 0]]
+    assert batch["question_chars"].shape == (2, 2, 3) and batch["question_chars"][1, 0].tolist() == [4, 5, 6]
+    assert batch["context_chars"].shape == (2, 4, 1)  # the two-character token fell past the cut
+    targets = batch["targets"]
+    assert targets["starts"].tolist() == [[1], [2]] and targets["ends"].tolist() == [[2], [2]]  # (4, 4) was cut
+    assert targets["mentions"].tolist() == [[-1] * 4, [1, 1, 0, -1]] and targets["answer"].tolist() == [-1, 0]
+    model = DynSAN(DynSANConfig.tiny())
+    targets = batch.pop("targets")
+    output = model(**batch)
+    assert torch.isfinite(model.loss(output, targets))
+
+
+def test_best_span_is_ordered_and_no_longer_than_the_cap():
+    config = DynSANConfig(**{**DynSANConfig.tiny().__dict__, "max_answer_tokens": 2})
+    model = DynSAN(config)
+    start = torch.log(torch.tensor([[0.7, 0.1, 0.1, 0.1]]))
+    end = torch.log(torch.tensor([[0.05, 0.05, 0.1, 0.8]]))
+    assert model.best_spans({"start": start, "end": end}).tolist() == [[2, 3]]  # (0, 3) is 4 tokens long
+    config.max_answer_tokens = 4
+    assert model.best_spans({"start": start, "end": end}).tolist() == [[0, 3]]
+
+
+def _passage_batch(extra_q=0, extra_c=0):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(4, 64, (2, 5), generator=g)
+    q_chars = torch.randint(1, 32, (2, 5, 4), generator=g)
+    c = torch.randint(4, 64, (2, 14), generator=g)
+    c_chars = torch.randint(1, 32, (2, 14, 4), generator=g)
+    q_mask, c_mask = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 14, dtype=torch.bool)
+    q_mask[1, 3:], c_mask[1, 9:] = False, False
+    passage = torch.tensor([[0] * 6 + [1] * 5 + [2] * 3, [0] * 4 + [1] * 5 + [0] * 5])
+
+    def pad(t, n):
+        return torch.cat([t, t.new_zeros(t.size(0), n, *t.shape[2:])], 1)
+
+    return (
+        pad(q * q_mask, extra_q),
+        pad(q_chars * q_mask[..., None], extra_q),
+        pad(q_mask, extra_q),
+        pad(c * c_mask, extra_c),
+        pad(c_chars * c_mask[..., None], extra_c),
+        pad(c_mask, extra_c),
+        pad(passage * c_mask, extra_c),
+    )
+
+
+@pytest.mark.parametrize("task", ["extractive", "multiple_choice"])
+def test_the_network_is_padding_invariant(task):
+    torch.manual_seed(0)
+    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": task})).eval()
+    with torch.no_grad():
+        plain, padded = model(*_passage_batch()), model(*_passage_batch(extra_q=3, extra_c=6))
+    mask = _passage_batch()[5]
+    for key in ("start", "end") if task == "extractive" else ("tokens",):
+        torch.testing.assert_close(plain[key][mask], padded[key][:, :14][mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain["gate_l1"], padded["gate_l1"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("select", [True, False])
+def test_the_fused_attention_path_equals_the_textbook_one(select):
+    textbook = _block(select=select, top_k=4)
+    fused = DynSABlock(dim=8, heads=2, top_k=4, kernel=3, select=select, sdpa=True).eval()
+    fused.load_state_dict(textbook.state_dict())
+    x, mask = torch.randn(2, 11, 8), torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 3:] = False
+    torch.testing.assert_close(fused(x, mask)[0], textbook(x, mask)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_table_3_ablations_change_what_they_say_and_train():
+    """Each of Table 3's switches builds, runs forward and backward, and changes the block's output; (b) has no
+    attention parameters; (d) random selection differs from the gate's choice only when K < L."""
+    torch.manual_seed(0)
+    x, mask = torch.randn(2, 12, 8), torch.ones(2, 12, dtype=torch.bool)
+    full = DynSABlock(dim=8, heads=2, top_k=4, kernel=3).eval()
+    variants = {
+        "no_attention": {"self_attention": False},
+        "no_convolutions": {"convolutions": False},
+        "random": {"selection": "random"},
+        "random_ungated": {"selection": "random", "gate": False},
+    }
+    for name, options in variants.items():
+        block = DynSABlock(dim=8, heads=2, top_k=4, kernel=3, **options).eval()
+        block.load_state_dict(full.state_dict(), strict=False)
+        y, gate_l1 = block(x, mask)
+        assert not torch.allclose(y, full(x, mask)[0]), name
+        (y.sum() + gate_l1.sum()).backward()
+        assert all(p.grad is not None for p in block.parameters()), name
+    assert DynSABlock(dim=8, heads=2, top_k=4, kernel=3, self_attention=False).qkv is None
+    covering_random = DynSABlock(dim=8, heads=2, top_k=12, kernel=3, selection="random").eval()
+    covering_gate = DynSABlock(dim=8, heads=2, top_k=12, kernel=3).eval()
+    covering_random.load_state_dict(full.state_dict())
+    covering_gate.load_state_dict(full.state_dict())
+    torch.testing.assert_close(covering_random(x, mask)[0], covering_gate(x, mask)[0])
+    with pytest.raises(ValueError, match="selection"):
+        DynSABlock(dim=8, heads=2, top_k=4, kernel=3, selection="best")
+    config = DynSANConfig.tiny()
+    for options in variants.values():
+        model = DynSAN(DynSANConfig(**{**config.__dict__, **options}))
+        assert model.encode_block.gated == options.get("gate", True)

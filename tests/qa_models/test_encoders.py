@@ -1,0 +1,72 @@
+"""The pretrained encoders that ship on PyPI, loaded offline: all-mpnet-base-v2 (the base-size encoder, BERT-base's
+110M parameters) reassembled from the five installed parts of its split zip (the `mpnet` extra)."""
+
+import os
+from importlib import metadata
+
+import pytest
+import torch
+
+from qa_models import encoders
+
+
+def _parts_or_skip():
+    try:
+        return encoders.mpnet_parts()
+    except ImportError as error:
+        pytest.skip(f"the mpnet extra is not installed (pip install '.[mpnet]'): {error}")
+
+
+def test_mpnet_base_reassembles_from_its_parts_and_loads_offline(tmp_path, monkeypatch):
+    parts = _parts_or_skip()
+    assert len(parts) == encoders.MPNET_PARTS and all(os.path.getsize(p) > 0 for p in parts)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    path = encoders.mpnet_base_path(cache=str(tmp_path))
+    assert os.path.isfile(os.path.join(path, "config.json")) and os.path.isfile(os.path.join(path, "model.safetensors"))
+    assert [n for n in os.listdir(tmp_path) if not n.startswith(".")] == [os.path.basename(os.path.dirname(path))]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(f".{encoders.MPNET_FOLDER}-")]  # no staging left
+    stamp = os.path.getmtime(os.path.join(path, "model.safetensors"))
+    assert encoders.mpnet_base_path(cache=str(tmp_path)) == path  # reused, not assembled again
+    assert os.path.getmtime(os.path.join(path, "model.safetensors")) == stamp
+
+    embedder = encoders.SentenceEmbedder(path)
+    assert embedder.encoder.dim == 768
+    assert 100e6 < sum(p.numel() for p in embedder.parameters()) < 120e6  # base size, as BERT-base
+    vectors = embedder(["How tall is Mount Everest?", "Mount Everest is 8,849 metres high.", "Bananas are yellow."])
+    similar, unrelated = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+    assert similar > unrelated + 0.3, (similar, unrelated)
+
+    # a cross-encoder on it, as jobs/train.py --model bert --encoder-path mpnet-base builds it
+    from qa_models.batching import TransformerPairs
+    from qa_models.gsamn import EncoderOnly, EncoderOnlyConfig
+
+    model = EncoderOnly(EncoderOnlyConfig(encoder_path=path, max_len=32))
+    batch = TransformerPairs(path, 32)(["How tall is Everest?"] * 2, ["It is 8,849 m high.", "Bananas."], [1, 0])
+    labels = batch.pop("labels")
+    loss = model.loss(model(**batch), labels)
+    loss.backward()
+    assert torch.isfinite(loss) and model.encoder.model.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_train_resolves_mpnet_base_to_the_reassembled_folder(tmp_path, monkeypatch):
+    _parts_or_skip()
+    from jobs import train
+
+    monkeypatch.setenv("QA_MODEL_CACHE", str(tmp_path))
+    cfg, _ = train.parse_args(["--model", "gsamn", "--data", str(tmp_path), "--encoder-path", "mpnet-base"])
+    assert cfg.encoder_path.startswith(str(tmp_path)) and os.path.isfile(os.path.join(cfg.encoder_path, "config.json"))
+    assert cfg.lr == 5e-5  # the GSAMN paper's rate for a fine-tuned transformer
+
+
+def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    with pytest.raises(ImportError, match=r"pip install '\.\[mpnet\]'"):
+        encoders.mpnet_base_path()
+    from jobs import train
+
+    with pytest.raises(SystemExit):  # argparse's error: one line naming the flag and the problem
+        train.parse_args(["--model", "gsamn", "--data", "d", "--encoder-path", "mpnet-base"])
