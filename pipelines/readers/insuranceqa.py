@@ -8,7 +8,6 @@ import pyarrow as pa
 
 from pipelines.readers.common import PAIRS, Corpus, Errors, ReaderError, find_file, open_text
 
-# ---------------------------------------------------------------------------------------------- InsuranceQA
 _INSURANCEQA_POOLS = {
     "dev": "question.dev.label.token_idx.pool",
     "test1": "question.test1.label.token_idx.pool",

@@ -8,7 +8,6 @@ import re
 
 from pipelines.readers.common import Corpus, Errors, ReaderError, keep_clean, open_binary, pairs_table
 
-# -------------------------------------------------------------------------------------------- SemEval CQA
 _SEMEVAL_SPLITS = {"train": ("train-part1", "train-part2", "train"), "dev": ("dev",), "test": ("test",)}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 
-# ------------------------------------------------------------------------------------------ StackExchangeQA
 def stackexchangeqa_found(path: str) -> dict:
     """What our own build wrote, checked without reading a row: pairs per split from the Parquet footers
     against `stats.json` (a difference means shards were lost or added after the build), questions from

@@ -7,7 +7,6 @@ import re
 
 from pipelines.readers.common import Corpus, Errors, ReaderError, find_file, keep_clean, open_text, pairs_table
 
-# --------------------------------------------------------------------------------------------------- TrecQA
 _JACANA_FILES = {"train": "TRAIN.xml", "train-all": "TRAIN-ALL.xml", "dev": "DEV.xml", "test": "TEST.xml"}
 
 

@@ -8,7 +8,6 @@ import re
 
 from pipelines.readers.common import Corpus, Errors, ReaderError, find_file, keep_clean, open_text, pairs_table
 
-# --------------------------------------------------------------------------------------------------- WikiQA
 _WIKIQA_HEADER = ["QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label"]
 
 
