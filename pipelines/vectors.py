@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -99,7 +99,7 @@ class TrainSentences:
         self.words = Vocabulary.load(os.path.join(data, "vocab.json")).tokens
         self.pairs = manifest["schema"] == "tokenised_pairs"
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[str]]:
         seen_questions: set[str] = set()
         for file in self.files:
             for batch in pq.ParquetFile(file).iter_batches(batch_size=4096, columns=["qid", *self.columns]):

@@ -39,7 +39,7 @@ from pipelines.stackexchangeqa.threads import assemble_threads
 class _Stages:
     """Times each stage, logs it to stderr with its row rate, and keeps the timings for stats.json."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.last = time.time()
 
