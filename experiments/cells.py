@@ -82,10 +82,15 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
     )
 
 
+DIRTY_MARK = " (uncommitted code)"
+
+
 def row_start(row: Row, ledger: Ledger, figures: dict) -> str:
-    """A table row's first cells: the row, the profile its figures come from, and how many seeds they average."""
+    """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
+    ends in -dirty), the profile its figures come from, and how many seeds they average."""
     seeds = max((figure[2] for figure in figures.values()), default=0)
-    return f"| {row.label} | {row_profile(row, ledger) or '-'} | {seeds}"
+    dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in row_records(row, ledger))
+    return f"| {row.label}{DIRTY_MARK if dirty else ''} | {row_profile(row, ledger) or '-'} | {seeds}"
 
 
 def delta(ours, paper, digits: int) -> str:

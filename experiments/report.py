@@ -242,7 +242,10 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "[the run ledger](#every-run). Test figures are means over the seeds, ± the sample standard deviation; the "
         "paper's figure is quoted with its table. Each model trains with its own paper's recipe "
         "(`qa_models/recipes.py`: optimiser, schedule, batch, regularisation, dropout, initialisation; what a "
-        "paper leaves open, and what this machine cannot follow, is listed under [Recipes](#recipes)).",
+        "paper leaves open, and what this machine cannot follow, is listed under [Recipes](#recipes)). A row "
+        "marked (uncommitted code) shows a run whose record's commit ends in -dirty: no commit holds the code it "
+        "ran, so its figures wait to be re-run from one (`experiments/results.py` refuses such a tree unless "
+        "--allow-dirty).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",

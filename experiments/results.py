@@ -89,6 +89,12 @@ def main(argv=None) -> int:
         "run's record names its device; the plan is unchanged)",
     )
     p.add_argument("--skip-efficiency", action="store_true", help="leave out bench/encoders.py")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run from a working tree with uncommitted changes (its records' commit ends in -dirty and the page "
+        "marks their rows); without it such a tree is refused, since no commit would hold the code that ran",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(
         "--dry-run",
@@ -96,6 +102,11 @@ def main(argv=None) -> int:
         help="print every command of the plan, each marked with whether the ledger already holds it, and exit",
     )
     args = p.parse_args(argv)
+    if not (args.report_only or args.dry_run or args.allow_dirty) and git_commit().endswith("-dirty"):
+        p.error(
+            "the working tree has uncommitted changes: commit them so that each record names the code it ran "
+            "from, or pass --allow-dirty (the page marks such rows)"
+        )
     out = os.path.abspath(args.out)
     if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
         out = os.path.relpath(out, REPO)

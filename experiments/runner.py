@@ -231,6 +231,8 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         "seed": seed,
         "profile": run.profile,
         "commands": planned["commands"],
+        "argv": [on_device(argv, gpus_per_run) for argv in argvs],  # exactly what ran, device options included
+        "versions": software_versions(),
         "plan": planned,
         "seconds": round(seconds, 1),
         "commit": git_commit(),
@@ -238,7 +240,8 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         "device": device_name(gpus_per_run),
     }
     if row.model is None:
-        record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"])
+        # the bi-encoder embeds in fp32 (no autocast)
+        record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"], precision="fp32")
     else:
         train = summaries[0]
         if train.get("test"):  # the best checkpoint's figures on the row's split, scored by the training job
@@ -261,12 +264,15 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
             steps=train.get("steps"),
             stopped_early=train.get("stopped_early", False),
             examples_per_s=train.get("examples_per_s"),
+            precision=train.get("precision"),  # as trained: fp32, bf16 or fp16
             checkpoint=os.path.relpath(checkpoint, out),
             checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
             config=config["train"],
             model_config=config["model_config"],
             dev_history=dev_history(train["checkpoint"]),
         )
+        if train.get("init_from"):  # the checkpoint it fine-tuned from, by content
+            record["init_checkpoint_sha256"] = sha256_file(os.path.join(train["init_from"], "state.pt"))
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
@@ -459,6 +465,16 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
             "cases": cases,
         },
     )
+
+
+def software_versions() -> dict[str, str]:
+    """The versions a record's figures depend on: Python, torch, Ray, transformers, numpy."""
+    from importlib.metadata import version
+
+    return {"python": platform.python_version(), **{name: version(name) for name in SOFTWARE}}
+
+
+SOFTWARE = ("torch", "ray", "transformers", "numpy")
 
 
 def machine_description(use_gpu: bool = False) -> str:

@@ -231,6 +231,11 @@ def total_steps_for(cfg: TrainConfig, train_rows: int) -> int:
     return cfg.max_steps or steps_per_epoch * cfg.epochs
 
 
+def precision_name(dtype: torch.dtype | None) -> str:
+    """The precision an autocast dtype trains in: fp32 (no autocast), bf16 or fp16; never "auto"."""
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of --precision on `device` (None: full fp32)."""
     if precision == "auto":

@@ -41,7 +41,7 @@ from training.checkpoints import (
     write_checkpoint,
     write_jsonl,
 )
-from training.config import TrainConfig, autocast_dtype
+from training.config import TrainConfig, autocast_dtype, precision_name
 from training.data import Batcher, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
 from training.models import build_model
@@ -448,6 +448,8 @@ class WorkerRun:
             dev_history=plain(self.dev_history),
             trained_seconds=trained,
             resumed_trained_seconds=self.trained_before,
+            precision=precision_name(self.dtype),  # what --precision auto resolved to on this device
+            device=self.device.type,
             **{SCORE: float(score) if score is not None else NO_SCORE},
         )
         if self.scalars is None:  # ranks other than 0

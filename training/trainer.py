@@ -313,6 +313,8 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
         "training_curve": curve_png,
         "tensorboard": run_dir(cfg) + "/tensorboard",
         "examples_per_s": metrics.get("examples_per_s"),
+        "precision": metrics.get("precision"),  # as trained (fp32, bf16 or fp16), --precision auto resolved
+        "device": metrics.get("device"),
         "stopped_early": metrics.get("stopped_early", False),
         "test": test,
         "loss_curve": metrics.get("curve", []),

@@ -453,3 +453,29 @@ def test_the_committed_ledger_and_page_name_no_machine_path():
         page = f.read()
     assert not machine_path.search(ledger), machine_path.search(ledger)
     assert not machine_path.search(page), machine_path.search(page)
+
+
+def test_rows_from_uncommitted_code_are_marked_and_a_dirty_tree_is_refused(tmp_path, monkeypatch, capsys):
+    from experiments import results
+
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    for seed in range(3):
+        record = _record("wikiqa/iarnn-gate", seed, {"map": 0.7, "mrr": 0.71, "p@1": 0.5})
+        ledger.add(f"wikiqa-iarnn-gate-seed{seed}", dict(record, commit="abc1234-dirty" if seed == 1 else "abc1234"))
+    rows = [r for r in table.ROWS if r.id == "wikiqa/iarnn-gate"]
+    writer.write_report(rows, ledger, str(tmp_path), str(tmp_path / "results.md"))
+    assert "| IARNN-gate (uncommitted code) |" in (tmp_path / "results.md").read_text()
+
+    monkeypatch.setattr(results, "git_commit", lambda: "abc1234-dirty")
+    ledger_path = str(tmp_path / "other.json")
+    with pytest.raises(SystemExit) as refused:
+        results.main(["--only", "wikiqa/iarnn-gate", "--ledger", ledger_path, "--out", str(tmp_path / "out")])
+    assert refused.value.code == 2 and "--allow-dirty" in capsys.readouterr().err
+    assert not os.path.exists(ledger_path)  # refused before any work
+    assert results.main(["--dry-run", "--only", "wikiqa/iarnn-gate", "--ledger", ledger_path]) == 0
+
+
+def test_a_record_names_the_software_it_ran_with():
+    versions = runner.software_versions()
+    assert set(versions) == {"python", "torch", "ray", "transformers", "numpy"}
+    assert versions["torch"].startswith("2.") and all(versions.values())

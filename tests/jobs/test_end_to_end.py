@@ -297,6 +297,7 @@ def test_train_one_epoch_loss_falls_and_reports_metrics(model, tokenised, tmp_pa
     )
     summary = run(cfg)
     assert summary["resumed_from_step"] == 0 and summary["steps"] > 50
+    assert (summary["precision"], summary["device"]) == ("fp32", "cpu")  # --precision auto, as it resolved
     assert os.path.isdir(summary["checkpoint"])
     state = torch.load(os.path.join(summary["checkpoint"], "state.pt"), weights_only=True)["model"]
     if vectors is not None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.config import TrainConfig, autocast_dtype, total_steps_for
+from training.config import TrainConfig, autocast_dtype, precision_name, total_steps_for
 from training.data import Batcher
 from training.rows import cut_pool, row_pieces, worker_rows
 
@@ -138,6 +138,8 @@ def test_precision_options():
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("fp32", cpu) is None
     assert autocast_dtype("bf16", cpu) is torch.bfloat16 and autocast_dtype("fp16", cpu) is torch.float16
+    # what a run records it trained in: never "auto"
+    assert [precision_name(autocast_dtype(p, cpu)) for p in ("auto", "fp32", "bf16")] == ["fp32", "fp32", "bf16"]
     with pytest.raises(ValueError, match="fp16 needs --use-gpu"):
         TrainConfig(model="gsamn", data="d", precision="fp16")
     with pytest.raises(ValueError, match="length-buckets"):
