@@ -154,8 +154,9 @@ def draw_figures(rows: list[Row], ledger: Ledger, cases: list | None, figures_di
         plot_answer_selection(rows, ledger, os.path.join(figures_dir, "answer_selection.png"))
     if any(r.section == "squad" for r in rows):
         plot_reading(rows, ledger, os.path.join(figures_dir, "dynsan_ablations.png"))
-    for family in EFFICIENCY_PLOTS if cases else ():
-        plot_efficiency(cases or [], family, os.path.join(figures_dir, f"efficiency_{family}.png"))
+    if cases:
+        for family in EFFICIENCY_PLOTS:
+            plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
 
 
 def profile_counts(runs: dict) -> tuple[dict[str, int], dict[str, int]]:

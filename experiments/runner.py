@@ -51,8 +51,8 @@ def portable(value):
     if isinstance(value, list):
         return [portable(item) for item in value]
     if isinstance(value, str) and "/" in value:
-        for absolute in (SHARED_DATA, REPO + os.sep):  # this machine's, wherever they are
-            value = value.replace(absolute, "../shared/data" if absolute == SHARED_DATA else "")
+        for absolute, relative in ((SHARED_DATA, "../shared/data"), (REPO + os.sep, "")):  # this machine's
+            value = value.replace(absolute, relative)
         for pattern, replacement in _PORTABLE:
             value = pattern.sub(replacement, value)
     return value
@@ -62,8 +62,8 @@ class Ledger:
     """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
     file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
     long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
-    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed, and
-    holds no machine path (`portable`)."""
+    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed; a
+    record is added without machine paths (`portable`)."""
 
     def __init__(self, path: str):
         self.path, self.lock = path, threading.Lock()
@@ -76,7 +76,7 @@ class Ledger:
             return json.load(f)
 
     def add(self, key: str, record: dict) -> None:
-        self._change(lambda records: records.__setitem__(key, record))
+        self._change(lambda records: records.__setitem__(key, portable(record)))
 
     def remove(self, key: str) -> None:
         self._change(lambda records: records.pop(key, None))
@@ -88,7 +88,6 @@ class Ledger:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = self._read()
             change(records)
-            records = {key: portable(record) for key, record in records.items()}
             staged = f"{self.path}.partial-{os.getpid()}"
             with open(staged, "w") as f:
                 json.dump(dict(sorted(records.items())), f, indent=1)
@@ -467,14 +466,14 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
     )
 
 
+SOFTWARE = ("torch", "ray", "transformers", "numpy")
+
+
 def software_versions() -> dict[str, str]:
     """The versions a record's figures depend on: Python, torch, Ray, transformers, numpy."""
     from importlib.metadata import version
 
     return {"python": platform.python_version(), **{name: version(name) for name in SOFTWARE}}
-
-
-SOFTWARE = ("torch", "ray", "transformers", "numpy")
 
 
 def machine_description(use_gpu: bool = False) -> str:
