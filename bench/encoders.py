@@ -2,6 +2,7 @@
 layers they replace, in one run on this machine.
 
     python bench/encoders.py [--quick] [--threads N] [--repeats R] [--json bench/encoders.json]
+    python bench/encoders.py --device cuda --families ctrn,forget-mult [--json docs/bench/encoders-gpu.json]
 
 - GGSA: group multi-head attention (6 heads, groups of 10, offsets 0 and 5; D = 300) against global
   self-attention, textbook softmax(QK^T)V and torch's fused scaled_dot_product_attention (SDPA), at
@@ -9,8 +10,9 @@ layers they replace, in one run on this machine.
 - CTRN and QRNN (d = 256, both texts of length L, batch 64) against the same network with nn.LSTM or nn.GRU
   of the same width in place of the quasi-recurrent layer and its cells, at L = 50 and 400 (the paper: 4x
   faster than an LSTM, on a GPU).
-- The forget-mult recurrence alone (batch 64, d = 256): the C kernel against the in-place torch loop and the
-  definition step by step under autograd; and CTRN with the torch loop, for the kernel's effect on the model.
+- The forget-mult recurrence alone (batch 64, d = 256): the kernel (C on CPU, Triton on a GPU) against the
+  in-place torch loop and the definition step by step under autograd; and CTRN with the torch loop, for the
+  kernel's effect on the model.
 - DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
   every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
   memory like a BiLSTM's, half that of full attention).
@@ -19,6 +21,9 @@ Every case runs in a fresh process (so peak memory is its own): one warm-up pass
 of forward + backward; memory is the peak resident set above what the process held before the first pass
 (ru_maxrss), and the bytes autograd saved for backward (the activations, exact and machine-independent).
 Every ratio is theirs over ours: above 1, ours is that many times faster or smaller.
+With --device cuda the cases run on GPU 0 in float32 (the recurrent baselines are cuDNN's LSTM and GRU, the
+forget-mult CTRN's Triton kernel, `qa_models/forget_mult_triton.py`), timed between CUDA synchronisations, the
+best of --repeats (default 20) passes; memory is the peak the CUDA allocator held above what it held before.
 The last line is one JSON object (also written to --json) with `ggsa_vs_global_speedup_L1000` and
 `dynsan_vs_full_speedup_L4096` (against SDPA), `ctrn_vs_lstm_speedup` (L = 400), `forget_mult_share_of_ctrn_step`,
 `dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured) and
@@ -66,15 +71,17 @@ def _ggsa_case(variant: str, length: int):
 class _RecurrentPairModel:
     """CTRN's network with a torch RNN (LSTM or GRU) of width d in place of its quasi-recurrent layer and cells."""
 
-    def __init__(self, cell: str, config):
+    def __init__(self, cell: str, config, device: str = "cpu"):
         import torch
         from torch import nn
 
         self.torch = torch
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.project = nn.Linear(config.embed_dim, config.dim)
-        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](config.dim, config.filters, batch_first=True)
-        self.out = nn.Sequential(nn.Linear(2 * config.filters, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim).to(device)
+        self.project = nn.Linear(config.embed_dim, config.dim).to(device)
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](config.dim, config.filters, batch_first=True).to(device)
+        self.out = nn.Sequential(
+            nn.Linear(2 * config.filters, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2)
+        ).to(device)
 
     def __call__(self, q, q_mask, a, a_mask):
         def encode(ids, mask):
@@ -85,36 +92,39 @@ class _RecurrentPairModel:
         return self.out(self.torch.cat([encode(q, q_mask), encode(a, a_mask)], -1))
 
 
-def _ctrn_case(variant: str, length: int):
+def _ctrn_case(variant: str, length: int, device: str = "cpu"):
     import torch
 
     from qa_models.ctrn import CTRN, CTRNConfig
 
-    if variant == "ctrn-torch-loop":  # each case is a fresh process: the C kernel is never loaded in this one
+    if variant == "ctrn-torch-loop":  # each case is a fresh process: no kernel (C or Triton) is loaded in this one
         os.environ["QA_MODELS_NATIVE"] = "0"
     config = CTRNConfig(
         vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
     )
-    model = CTRN(config) if variant in ("ctrn", "qrnn", "ctrn-torch-loop") else _RecurrentPairModel(variant, config)
+    if variant in ("ctrn", "qrnn", "ctrn-torch-loop"):
+        model = CTRN(config).to(device)
+    else:
+        model = _RecurrentPairModel(variant, config, device)
     batch = 64
-    q, a = torch.randint(1, 5000, (batch, length)), torch.randint(1, 5000, (batch, length))
-    mask = torch.ones(batch, length, dtype=torch.bool)
+    q, a = (torch.randint(1, 5000, (batch, length), device=device) for _ in range(2))
+    mask = torch.ones(batch, length, dtype=torch.bool, device=device)
     return lambda: model(q, mask, a, mask).sum(), {"batch": batch}
 
 
-def _forget_mult_case(variant: str, length: int):
-    """The recurrence alone at CTRN's bench size (batch 64, d = 256): the C kernel, the in-place torch loop with
-    the same hand-written backward, and the definition step by step under autograd."""
+def _forget_mult_case(variant: str, length: int, device: str = "cpu"):
+    """The recurrence alone at CTRN's bench size (batch 64, d = 256): the C kernel (the Triton kernel on a GPU),
+    the in-place torch loop with the same hand-written backward, and the definition step by step under autograd."""
     import torch
 
     from qa_models.scan import forget_mult, forget_mult_reference
 
     batch = 64
-    f = torch.sigmoid(torch.randn(batch, length, 256)).requires_grad_()
-    z = torch.randn(batch, length, 256, requires_grad=True)
+    f = torch.sigmoid(torch.randn(batch, length, 256, device=device)).requires_grad_()
+    z = torch.randn(batch, length, 256, device=device, requires_grad=True)
     if variant == "autograd-loop":
         return lambda: forget_mult_reference(f, z).sum(), {"batch": batch}
-    kernel = "auto" if variant == "c-kernel" else "torch"
+    kernel = "auto" if variant == "kernel" else "torch"
     return lambda: forget_mult(f, z, kernel=kernel).sum(), {"batch": batch}
 
 
@@ -133,11 +143,12 @@ def _dynsan_case(variant: str, length: int):
     return lambda: block(x, mask)[0].sum(), {"batch": 1}
 
 
+GPU_FAMILIES = ("ctrn", "forget-mult")
 BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
 VARIANTS = {
     "ggsa": ("group", "global-sdpa", "global-textbook"),
     "ctrn": ("ctrn", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
-    "forget-mult": ("c-kernel", "torch-loop", "autograd-loop"),
+    "forget-mult": ("kernel", "torch-loop", "autograd-loop"),
     "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm"),
 }
 
@@ -147,13 +158,15 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _run_case(family: str, variant: str, length: int, threads: int, repeats: int) -> dict:
+def _run_case(family: str, variant: str, length: int, threads: int, repeats: int, device: str = "cpu") -> dict:
     import resource
 
     import torch
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    if device == "cuda":
+        return _run_cuda_case(family, variant, length, repeats)
     step, extra = BUILDERS[family](variant, length)
     saved = 0
 
@@ -183,10 +196,37 @@ def _run_case(family: str, variant: str, length: int, threads: int, repeats: int
     }
 
 
-def run_case(family, variant, length, threads, repeats) -> dict:
+def _run_cuda_case(family: str, variant: str, length: int, repeats: int) -> dict:
+    import torch
+
+    if family not in GPU_FAMILIES:
+        raise SystemExit(f"--device cuda: families {', '.join(GPU_FAMILIES)} only (the others measure CPU memory)")
+    step, extra = BUILDERS[family](variant, length, "cuda")
+    step().backward()  # the warm-up pass (kernel compilation, cuDNN's plan, the allocator's pools)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step().backward()
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+    return {
+        "family": family,
+        "variant": variant,
+        "length": length,
+        **extra,
+        "seconds": min(seconds),
+        "peak_mb": round((torch.cuda.max_memory_allocated() - before) / 2**20, 1),
+        "device": torch.cuda.get_device_name(0),
+    }
+
+
+def run_case(family, variant, length, threads, repeats, device: str = "cpu") -> dict:
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
-        return pool.apply(_run_case, (family, variant, length, threads, repeats))
+        return pool.apply(_run_case, (family, variant, length, threads, repeats, device))
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -199,29 +239,29 @@ def _ratio(cases, family, length, ours, theirs, key="seconds") -> float | None:
 
 def _share(cases, length) -> float | None:
     by = {(c["family"], c["variant"], c["length"]): c["seconds"] for c in cases}
-    if ("forget-mult", "c-kernel", length) not in by or ("ctrn", "ctrn", length) not in by:
+    if ("forget-mult", "kernel", length) not in by or ("ctrn", "ctrn", length) not in by:
         return None
-    return round(4 * by[("forget-mult", "c-kernel", length)] / by[("ctrn", "ctrn", length)], 3)
+    return round(4 * by[("forget-mult", "kernel", length)] / by[("ctrn", "ctrn", length)], 3)
 
 
 def _forget_mult_bandwidth(cases, length) -> float | None:
-    """GB/s the C kernel moves: forward reads f, z and writes c, backward reads the incoming gradient, f, c and
+    """GB/s the kernel moves: forward reads f, z and writes c, backward reads the incoming gradient, f, c and
     z and writes df and dz, nine (64, L, 256) float32 arrays in all."""
     by = {(c["family"], c["variant"], c["length"]): c["seconds"] for c in cases}
-    if ("forget-mult", "c-kernel", length) not in by:
+    if ("forget-mult", "kernel", length) not in by:
         return None
-    return round(9 * 64 * length * 256 * 4 / by[("forget-mult", "c-kernel", length)] / 1e9, 2)
+    return round(9 * 64 * length * 256 * 4 / by[("forget-mult", "kernel", length)] / 1e9, 2)
 
 
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
     "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
-    "ctrn": "CTRN's recurrence is a C kernel (qa_models/forget_mult.c, one pass over memory per direction); what "
-    "is left is its convolutional gates and two cells per text against oneDNN's fused LSTM/GRU; on a GPU "
-    "the paper's 4x needs the recurrence as one CUDA kernel (here the torch loop runs there)",
+    "ctrn": "CTRN's recurrence is one kernel per direction (qa_models/forget_mult.c on CPU, forget_mult_triton.py on "
+    "a GPU: one pass over memory each way); what is left is its convolutional gates and two cells per text "
+    "against the fused LSTM/GRU of oneDNN (CPU) or cuDNN (GPU)",
     "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
     "two, nine passes over memory with two multiply-adds per element (see "
-    "forget_mult_c_traffic_gb_per_s)",
+    "forget_mult_kernel_traffic_gb_per_s)",
     "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
     "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
 }
@@ -241,9 +281,10 @@ def main(argv=None) -> int:
         "repeatable (experiments/results.py plots time and memory against these)",
     )
     p.add_argument("--families", default="ggsa,ctrn,forget-mult,dynsan", help="families to run, comma-separated")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the ctrn and forget-mult cases")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (20 if args.device == "cuda" else 1 if args.quick else 3)
     lengths = (
         QUICK
         if args.quick
@@ -265,12 +306,13 @@ def main(argv=None) -> int:
             for variant in VARIANTS[family]:
                 if args.quick and variant == "bilstm":
                     continue
-                case = run_case(family, variant, length, args.threads, repeats)
+                case = run_case(family, variant, length, args.threads, repeats, args.device)
                 cases.append(case)
+                saved = case.get("saved_for_backward_mb")
                 print(
                     f"{family:11s} {variant:16s} L={length:5d} batch={case['batch']:3d}  "
-                    f"{case['seconds'] * 1000:9.1f} ms"
-                    f"  peak {case['peak_mb']:8.1f} MB  saved {case['saved_for_backward_mb']:8.1f} MB",
+                    f"{case['seconds'] * 1000:9.1f} ms  peak {case['peak_mb']:8.1f} MB"
+                    + (f"  saved {saved:8.1f} MB" if saved is not None else ""),
                     flush=True,
                 )
     result = {
@@ -278,12 +320,12 @@ def main(argv=None) -> int:
         "ggsa_vs_global_textbook_speedup_L1000": _ratio(cases, "ggsa", 1000, "group", "global-textbook"),
         "ctrn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "ctrn", "lstm"),
         "qrnn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "qrnn", "lstm"),
-        "ctrn_c_kernel_vs_torch_loop_speedup": _ratio(cases, "ctrn", 400, "ctrn", "ctrn-torch-loop"),
-        "forget_mult_c_vs_torch_loop_speedup": _ratio(cases, "forget-mult", 400, "c-kernel", "torch-loop"),
-        "forget_mult_c_vs_autograd_loop_speedup": _ratio(cases, "forget-mult", 400, "c-kernel", "autograd-loop"),
+        "ctrn_kernel_vs_torch_loop_speedup": _ratio(cases, "ctrn", 400, "ctrn", "ctrn-torch-loop"),
+        "forget_mult_kernel_vs_torch_loop_speedup": _ratio(cases, "forget-mult", 400, "kernel", "torch-loop"),
+        "forget_mult_kernel_vs_autograd_loop_speedup": _ratio(cases, "forget-mult", 400, "kernel", "autograd-loop"),
         # CTRN runs four recurrences per pair (own and cross cell, question and answer side)
         "forget_mult_share_of_ctrn_step": _share(cases, 400),
-        "forget_mult_c_traffic_gb_per_s": _forget_mult_bandwidth(cases, 400),
+        "forget_mult_kernel_traffic_gb_per_s": _forget_mult_bandwidth(cases, 400),
         "dynsan_vs_full_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-sdpa"),
         "dynsan_vs_full_textbook_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook"),
         "dynsan_vs_full_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "full-textbook", "peak_mb"),
@@ -296,7 +338,7 @@ def main(argv=None) -> int:
             "cpus": os.cpu_count(),
             "threads": args.threads,
             "processor": platform.processor() or platform.machine(),
-            "device": "cpu",
+            "device": cases[0].get("device", "cpu") if cases else args.device,
         },
         "quick": args.quick,
         "repeats": repeats,

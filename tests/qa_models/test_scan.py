@@ -92,3 +92,39 @@ def test_other_dtypes_fall_back_to_the_torch_loop():
 
     with pytest.raises(ValueError, match="kernel must be"):
         forget_mult(f, z, c0, kernel="cuda")
+
+
+def _triton_or_skip():
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: the forget-mult Triton kernel runs only on one")
+    from qa_models.scan import _triton_kernel
+
+    if _triton_kernel() is None:
+        pytest.skip("Triton is not installed (or QA_MODELS_NATIVE=0): the forget-mult Triton kernel is not used")
+
+
+def test_the_triton_kernel_equals_the_definition_on_cuda():
+    _triton_or_skip()
+    # 300 channels: a program's block of 128 runs past the end of the last one (masked); float64 keeps the loop
+    from qa_models.scan import _native_for
+
+    for shape in ((2, 5, 3), (16, 400, 300)):
+        f, z, c0 = (t.detach().cuda().requires_grad_() for t in _inputs(*shape, dtype=torch.float32))
+        assert _native_for(f, z, c0) == "triton"
+        weights = torch.randn(shape, device="cuda")
+        tolerance = {"rtol": 1e-5, "atol": 1e-5}
+        kernel = forget_mult(f, z, c0)
+        slow = forget_mult_reference(f, z, c0)
+        torch.testing.assert_close(kernel, slow, **tolerance)
+        for kernel_grad, slow_grad in zip(
+            torch.autograd.grad((kernel * weights).sum(), (f, z, c0)),
+            torch.autograd.grad((slow * weights).sum(), (f, z, c0)),
+        ):
+            torch.testing.assert_close(kernel_grad, slow_grad, **tolerance)
+    # bf16 in and out (autocast), float32 arithmetic inside: within bf16's rounding of the float32 definition
+    f, z, c0 = (t.detach().cuda() for t in _inputs(4, 64, 256, dtype=torch.float32))
+    low = forget_mult(f.bfloat16(), z.bfloat16(), c0.bfloat16())
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), forget_mult_reference(f, z, c0), rtol=2e-2, atol=2e-2)
