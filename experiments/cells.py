@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import statistics
 
-from experiments.figures import metric_names, row_figures, row_profile, row_records
+from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
 from experiments.runner import Ledger
+from experiments.significance import aligned, bootstrap_interval, paired_comparison
+from experiments.significance import verdict as significance_verdict
 
 
 def run_time(row: Row, ledger: Ledger, profile: str | None = None) -> str:
@@ -150,18 +152,42 @@ def wall_sentence(meta: dict, ledger: Ledger) -> str:
     )
 
 
-def verdict(a, b, paper_diff: float | None, reading: bool, same_budget: bool) -> str:
-    """A claim's verdict from our two rows' figures (mean, std, n) and the paper's difference."""
-    diff = a[0] - b[0]
+def interval_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> str:
+    """The 95% bootstrap interval of the row's `metric` over its test questions, its seeds pooled per question
+    (experiments.significance); "-" where its runs predate per-question figures."""
+    seeds = row_questions(row, ledger, metric)
+    if not seeds:
+        return "-"
+    interval = bootstrap_interval(aligned(seeds)[1])
+    return f"[{scale.format(interval.low)}, {scale.format(interval.high)}]"
+
+
+def claim_cells(
+    with_row: Row, without_row: Row, ledger: Ledger, metric: str, paper_diff: float | None, same_budget: bool
+) -> tuple[str, str]:
+    """(ours, verdict) of the claim "with_row is better than without_row" on `metric`: the mean difference over
+    the test questions both rows scored, its 95% bootstrap interval and the paired permutation p, and the word
+    that follows from them (experiments.significance.verdict: "reversed" only where the interval excludes zero on
+    the other side of the paper's). Runs recorded before per-question figures give the difference of the rows'
+    means with their spread, untested."""
+    reading = with_row.section.startswith("squad")
+    digits = 1 if reading else 3
+    a, b = row_figures(with_row, ledger).get(metric), row_figures(without_row, ledger).get(metric)
+    if not a or not b:
+        return "-", "not run"
     spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
+    means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
     if not same_budget:
-        return "budgets differ: not compared"
+        return means, "budgets differ: not compared"
     if reading and min(a[0], b[0]) < 10:  # see the DynSAN section
-        return "no evidence: F1 under 10"
-    if a[2] < 2 or b[2] < 2:
-        return ("better" if diff > 0 else "worse") + ", one seed: no spread to judge by"
-    if abs(diff) <= spread:
-        return "within noise"
-    if paper_diff is None:
-        return "better" if diff > 0 else "worse"
-    return "holds" if (diff > 0) == (paper_diff > 0) else "reversed"
+        return means, "no evidence: F1 under 10"
+    seeds_a, seeds_b = row_questions(with_row, ledger, metric), row_questions(without_row, ledger, metric)
+    if not seeds_a or not seeds_b:
+        return means, "not tested: runs without per-question figures"
+    questions, matrix = aligned(seeds_a + seeds_b)  # the questions every seed of both rows scored
+    comparison = paired_comparison(matrix[: len(seeds_a)], matrix[len(seeds_a) :])
+    ours = (
+        f"{comparison.difference:+.{digits}f} [{comparison.low:+.{digits}f}, {comparison.high:+.{digits}f}], "
+        f"p {comparison.p:.3f} ({len(questions)} questions)"
+    )
+    return ours, significance_verdict(comparison, paper_diff)

@@ -51,3 +51,18 @@ def row_figures(row: Row, ledger: Ledger, profile: str | None = None) -> dict:
         if values:
             figures[name] = (*summarise(values), len(values))
     return figures
+
+
+# A row's metric and the figure its questions carry in their records (experiments.runner.question_figures).
+QUESTION_METRIC = {"map": "ap", "f1": "f1", "accuracy": "correct"}
+
+
+def row_questions(row: Row, ledger: Ledger, metric: str) -> list[dict[str, float]] | None:
+    """Each seed's {question id: figure} of `metric` (map: AP, f1: F1), reading comprehension in percent; None
+    unless every seed of the row shown recorded them (runs recorded before per-question figures have none)."""
+    records = row_records(row, ledger)
+    wanted = QUESTION_METRIC.get(metric)
+    if not records or any((r.get("per_question") or {}).get("metric") != wanted for r in records):
+        return None
+    scale = 100 if row.section.startswith("squad") else 1
+    return [{q: v * scale for q, v in r["per_question"]["values"].items()} for r in records]

@@ -7,7 +7,17 @@ import json
 import math
 import os
 
-from experiments.cells import budget_sentence, cell, delta, hour_cell, row_start, run_time, verdict, wall_sentence
+from experiments.cells import (
+    budget_sentence,
+    cell,
+    claim_cells,
+    delta,
+    hour_cell,
+    interval_cell,
+    row_start,
+    run_time,
+    wall_sentence,
+)
 from experiments.figures import row_figures, row_profile, row_records
 from experiments.plan import Row, run_name, say
 from experiments.plots import EFFICIENCY_PLOTS, plot_answer_selection, plot_efficiency, plot_long_run, plot_reading
@@ -307,15 +317,15 @@ def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict) -> li
             "",
             note,
             "",
-            "| model | profile | seeds | MAP | MRR | P@1 | time per run | the hour's MAP, time per run "
+            "| model | profile | seeds | MAP | MAP 95% CI | MRR | P@1 | time per run | the hour's MAP, time per run "
             "| paper MAP / MRR | Δ MAP | source | the paper's scale needs |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         for r in chosen:
             f = row_figures(r, ledger)
             paper = f"{r.paper['map']:.3f} / {r.paper['mrr']:.3f}" if r.paper else "not reported"
             lines.append(
-                f"{row_start(r, ledger, f)} | {cell(f.get('map'))} "
+                f"{row_start(r, ledger, f)} | {cell(f.get('map'))} | {interval_cell(r, ledger, 'map')} "
                 f"| {cell(f.get('mrr'))} | {cell(f.get('p@1'))} | {run_time(r, ledger)} "
                 f"| {hour_cell(r, ledger, 'map')} | {paper} | {delta(f.get('map'), r.paper.get('map'), 3)} "
                 f"| {r.source or '-'} "
@@ -372,9 +382,9 @@ def reading_section(rows: list[Row], ledger: Ledger) -> list[str]:
         f"from the full model, not the level. {level} Learning the task needs the SQuAD train set (87k "
         "questions) or SearchQA, and GPU hours.",
         "",
-        "| model | profile | seeds | EM | F1 | time per run | the hour's F1, time per run | paper EM / F1 "
+        "| model | profile | seeds | EM | F1 | F1 95% CI | time per run | the hour's F1, time per run | paper EM / F1 "
         "| ΔF1 from full, ours | ΔF1 from full, paper | source |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in squad:
         f = row_figures(r, ledger)
@@ -382,7 +392,7 @@ def reading_section(rows: list[Row], ledger: Ledger) -> list[str]:
         theirs_delta = f"{r.paper['f1'] - squad[0].paper['f1']:+.1f}" if r is not squad[0] else "-"
         lines.append(
             f"{row_start(r, ledger, f)} | {cell(f.get('em'), '{:.1f}')} "
-            f"| {cell(f.get('f1'), '{:.1f}')} | {run_time(r, ledger)} "
+            f"| {cell(f.get('f1'), '{:.1f}')} | {interval_cell(r, ledger, 'f1', '{:.1f}')} | {run_time(r, ledger)} "
             f"| {hour_cell(r, ledger, 'f1', '{:.1f}')} | {r.paper['em']:.1f} / "
             f"{r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |"
         )
@@ -397,35 +407,28 @@ def claims_section(rows: list[Row], ledger: Ledger) -> list[str]:
     lines = [
         "## The papers' claims, as differences",
         "",
-        "Each claim is the difference between two rows on the same test set, trained under the same profile: "
-        "ours (mean difference, ± the two rows' standard deviations combined) against the paper's. A claim "
-        "holds here when our difference has the paper's sign and is larger than its spread; \"within "
-        'noise" means it is not.',
+        "Each claim is the difference between two rows on the same test questions, trained under the same "
+        "profile: ours is the mean over the questions of A's figure minus B's (each question's figure averaged "
+        "over the row's seeds; AP for MAP, F1 for F1), its 95% interval from a bootstrap over the questions and "
+        "the p-value of a paired permutation test (experiments/significance.py). A claim holds where the interval "
+        'excludes zero on the paper\'s side, is "reversed" only where it excludes zero on the other side, and is '
+        '"not shown" where it holds zero. Rows whose runs were recorded before per-question figures show the '
+        "difference of their means ± the two standard deviations combined, untested.",
         "",
         "| claim | metric | profile | ours | paper | verdict |",
         "|---|---|---|---:|---:|---|",
     ]
     for what, with_it, without, metric in compared:
-        a, b = row_figures(by_id[with_it], ledger).get(metric), row_figures(by_id[without], ledger).get(metric)
         pa, pb = by_id[with_it].paper.get(metric), by_id[without].paper.get(metric)
         digits = 1 if metric in ("em", "f1") else 3
-        paper = f"{pa - pb:+.{digits}f}" if pa is not None and pb is not None else "not reported"
+        paper_diff = pa - pb if pa is not None and pb is not None else None
+        paper = f"{paper_diff:+.{digits}f}" if paper_diff is not None else "not reported"
         profiles = (row_profile(by_id[with_it], ledger), row_profile(by_id[without], ledger))
-        if not a or not b:
-            lines.append(f"| {what} | {metric} | - | - | {paper} | not run |")
-            continue
-        spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
-        judged = verdict(
-            a,
-            b,
-            pa - pb if pa is not None and pb is not None else None,
-            by_id[with_it].section == "squad",
-            profiles[0] == profiles[1],
+        ours, judged = claim_cells(
+            by_id[with_it], by_id[without], ledger, metric, paper_diff, profiles[0] == profiles[1]
         )
-        lines.append(
-            f"| {what} | {metric} | {' / '.join(sorted({p or '-' for p in profiles}))} | {a[0] - b[0]:+.{digits}f} ± "
-            f"{spread:.{digits}f} | {paper} | {judged} |"
-        )
+        shown_profiles = " / ".join(sorted({p or "-" for p in profiles})) if ours != "-" else "-"
+        lines.append(f"| {what} | {metric} | {shown_profiles} | {ours} | {paper} | {judged} |")
     return lines + [""]
 
 

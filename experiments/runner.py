@@ -205,6 +205,27 @@ def device_name(gpus_per_run: float | None) -> str:
     return f"cuda: {torch.cuda.get_device_name(0)}"
 
 
+# The figure a question contributes, by the kind of record a predictions file holds: AP (answer selection), F1
+# (extractive reading comprehension), 1 or 0 (multiple choice).
+QUESTION_FIGURES = ("ap", "f1", "correct")
+
+
+def question_figures(path: str) -> dict | None:
+    """{"metric": "ap" | "f1" | "correct", "values": {question id: figure}} from a run's predictions file (one JSON
+    record per question, as jobs/train.py --test-output and jobs/zero_shot.py write them); questions the evaluation
+    policy skipped are left out. None where no record carries one of QUESTION_FIGURES."""
+    metric, values = None, {}
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("skipped"):
+                continue
+            metric = metric or next((m for m in QUESTION_FIGURES if record.get(m) is not None), None)
+            if metric is not None and record.get(metric) is not None:
+                values[str(record["qid"])] = round(float(record[metric]), 4)
+    return {"metric": metric, "values": values} if metric else None
+
+
 def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float | None = None) -> dict:
     from pipelines.shards import sha256_file
 
@@ -272,6 +293,9 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         )
         if train.get("init_from"):  # the checkpoint it fine-tuned from, by content
             record["init_checkpoint_sha256"] = sha256_file(os.path.join(train["init_from"], "state.pt"))
+    predictions = os.path.join(out, "predictions", key + ".jsonl")
+    if os.path.exists(predictions):  # what the row's interval and the paired tests of its claims are computed from
+        record["per_question"] = question_figures(predictions)
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")

@@ -107,7 +107,10 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     assert f"{mean - 0.7258:+.3f}" in line
     squad_line = next(row for row in text.splitlines() if row.startswith("| (f) - regularisation"))
     assert "| -3.0 |" in squad_line and "| -0.5 |" in squad_line  # ours 28.0 - 31.0; the paper's 69.8 - 70.3
-    assert "| DynSAN: the gate's L1 regulariser (f) | f1 | hour | +3.0 ± 1.0 | +0.5 | holds |" in text
+    assert (
+        "| DynSAN: the gate's L1 regulariser (f) | f1 | hour | +3.0 ± 1.0 | +0.5 | not tested: runs without "
+        "per-question figures |"
+    ) in text
     assert "InsuranceQA" in text and "YahooQA" in text  # the missing rows say why
     assert "python jobs/tokenize_corpora.py --dataset wikiqa" in text and "abababababababab" in text
     assert (report.parent / "results" / "answer_selection.png").stat().st_size > 1000
@@ -190,14 +193,63 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
     assert "recipes" in text.lower() and "adadelta" in text
 
 
-def test_a_claim_is_judged_only_within_one_profile_and_with_a_spread():
-    assert cells.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), 0.05, False, True) == "holds"
-    assert cells.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), -0.05, False, True) == "reversed"
-    assert cells.verdict((0.61, 0.02, 3), (0.6, 0.02, 3), 0.05, False, True) == "within noise"
-    one_seed = cells.verdict((0.7, None, 1), (0.6, 0.01, 3), 0.05, False, True)
-    assert one_seed == "better, one seed: no spread to judge by"
-    assert cells.verdict((0.7, 0.01, 3), (0.6, 0.01, 3), 0.05, False, False) == "budgets differ: not compared"
-    assert cells.verdict((8.0, 0.1, 3), (7.0, 0.1, 3), 3.0, True, True) == "no evidence: F1 under 10"
+def _with_questions(record, values):
+    return dict(record, per_question={"metric": "ap", "values": values})
+
+
+def test_a_claim_is_judged_by_a_paired_test_over_the_same_questions(tmp_path):
+    """Claims from per-question AP: the difference, its interval and p over the questions both rows scored, and the
+    word from the interval ("reversed" only where it excludes zero on the wrong side); rows recorded before
+    per-question figures are shown untested; claims across profiles are not compared."""
+    import numpy as np
+
+    by_id = {r.id: r for r in table.ROWS}
+    gsamn, plain = by_id["wikiqa/minilm-gsamn"], by_id["wikiqa/minilm-cross-encoder"]
+    rng = np.random.default_rng(0)
+    questions = [f"Q{i}" for i in range(60)]
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    for seed in range(3):  # GSAMN 0.1 AP better on every question, plus noise
+        base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
+        ledger.add(
+            f"wikiqa-minilm-cross-encoder-seed{seed}",
+            _with_questions(_record(plain.id, seed, {"map": float(np.mean(list(base.values())))}), base),
+        )
+        better = {q: v + 0.1 + rng.normal(0, 0.01) for q, v in base.items()}
+        ledger.add(
+            f"wikiqa-minilm-gsamn-seed{seed}",
+            _with_questions(_record(gsamn.id, seed, {"map": float(np.mean(list(better.values())))}), better),
+        )
+    ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
+    assert word == "holds" and ours.startswith("+0.100 [") and "(60 questions)" in ours
+    assert cells.claim_cells(gsamn, plain, ledger, "map", -0.018, True)[1] == "reversed"
+    assert cells.claim_cells(plain, plain, ledger, "map", +0.018, True)[1] == "not shown"  # a row against itself
+    assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, False)[1] == "budgets differ: not compared"
+    low, high = (float(x) for x in cells.interval_cell(gsamn, ledger, "map").strip("[]").split(", "))
+    assert low < row_mean(ledger, gsamn) < high and high - low < 0.1
+    # a row whose runs carry no per-question figures: the means' difference, untested
+    ledger.records["wikiqa-minilm-cross-encoder-seed0"].pop("per_question")
+    ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
+    assert word == "not tested: runs without per-question figures" and " ± " in ours
+    assert cells.interval_cell(plain, ledger, "map") == "-"
+
+
+def row_mean(ledger, row):
+    from experiments.figures import row_figures
+
+    return row_figures(row, ledger)["map"][0]
+
+
+def test_question_figures_read_a_predictions_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    lines = [
+        {"qid": "Q1", "ap": 0.5, "rr": 1.0, "skipped": None},
+        {"qid": "Q2", "skipped": "no_positive"},
+        {"qid": 7, "ap": 1.0, "rr": 1.0, "skipped": None},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert runner.question_figures(str(path)) == {"metric": "ap", "values": {"Q1": 0.5, "7": 1.0}}
+    path.write_text(json.dumps({"qid": "s1", "prediction": "x", "em": 0.0, "f1": 0.6667}) + "\n")
+    assert runner.question_figures(str(path)) == {"metric": "f1", "values": {"s1": 0.6667}}
 
 
 def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, monkeypatch):
