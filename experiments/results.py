@@ -95,6 +95,12 @@ def main(argv=None) -> int:
         help="run from a working tree with uncommitted changes (its records' commit ends in -dirty and the page "
         "marks their rows); without it such a tree is refused, since no commit would hold the code that ran",
     )
+    p.add_argument(
+        "--retest",
+        action="store_true",
+        help="also run again the selected runs recorded without per-question figures (before they were kept), so "
+        "that their rows get a 95%% interval and their claims a paired test",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(
         "--dry-run",
@@ -133,7 +139,7 @@ def main(argv=None) -> int:
                     f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data (or QA_SHARED_DATA)"
                 )
         started = time.time()
-        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu)
+        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's

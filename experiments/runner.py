@@ -346,17 +346,45 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
     return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Ledger) -> list[Run]:
-    """The runs of `rows` whose ledger record is missing or was made under another plan (a changed command, recipe
-    or revision), and the runs they fine-tune from whose checkpoint is not on this machine (the ledger travels
-    with the repository, checkpoints do not). Sources first, then every row's first seed before any second one,
-    the zero-shot row and the slowest (MiniLM) rows first within a seed."""
+def rerun_reason(record: dict, retest: bool = False) -> str | None:
+    """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
+    holds what it ran; only from a clean tree, where the new record will name its commit), or, with `retest`, its
+    record predates per-question figures (its row then has no interval and its claims no paired test)."""
+    if str(record.get("commit", "")).endswith("-dirty") and not git_commit().endswith("-dirty"):
+        return "recorded from uncommitted code"
+    if retest and "per_question" not in record:
+        return "recorded without per-question figures (--retest)"
+    return None
+
+
+def start_afresh(run: Run, out: str) -> None:
+    """Remove what a finished run left (its run folder, plan and predictions), so that running it again trains
+    anew instead of resuming the finished run from its last checkpoint."""
+    shutil.rmtree(os.path.join(out, "runs", run.name), ignore_errors=True)
+    for leftover in (
+        os.path.join(out, "runs", run.name + ".plan.json"),
+        os.path.join(out, "predictions", run.name + ".jsonl"),
+    ):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+
+
+def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Ledger, retest: bool = False) -> list[Run]:
+    """The runs of `rows` whose ledger record is missing, was made under another plan (a changed command, recipe
+    or revision) or must run again (`rerun_reason`), the runs they fine-tune from whose checkpoint is not on this
+    machine (the ledger travels with the repository, checkpoints do not), and the runs fine-tuning from a run that
+    runs again (a row never mixes starting checkpoints). Sources first, then every row's first seed before any
+    second one, the zero-shot row and the slowest (MiniLM) rows first within a seed."""
     runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
     for run in runs:
         recorded = ledger.records.get(run.name)
         if recorded and recorded.get("plan") == plan_of(run, out):
-            continue
-        if recorded:  # the plan changed since: its record goes (run_one starts the run afresh)
+            why = rerun_reason(recorded, retest)
+            if why is None:
+                continue
+            say(f"{run.name}: {why}: it runs again")
+            start_afresh(run, out)
+        if recorded:  # the plan changed since, or it runs again: its record goes (run_one starts the run afresh)
             ledger.remove(run.name)
         todo.append(run)  # a run cut off before its record resumes from its last checkpoint
     for run in list(todo):
@@ -365,6 +393,13 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
             say(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
             ledger.remove(source.name)
             todo.append(source)
+    for run in runs:  # a run whose source runs again fine-tunes the new checkpoint
+        source = source_run(run.row, profile)
+        if run not in todo and source is not None and source in todo:
+            say(f"{run.name} fine-tunes {source.name}, which runs again: so does it")
+            start_afresh(run, out)
+            ledger.remove(run.name)
+            todo.append(run)
     is_source = {source_run(r.row, profile) for r in todo}
     order = {r.id: i for i, r in enumerate(ROWS)}
     todo.sort(
@@ -389,7 +424,14 @@ def data_needed(rows: list[Row], profile: str) -> set[str]:
 
 
 def run_all(
-    rows: list[Row], seeds: tuple, out: str, lanes: int, ledger: Ledger, profile: str = "hour", use_gpu: bool = False
+    rows: list[Row],
+    seeds: tuple,
+    out: str,
+    lanes: int,
+    ledger: Ledger,
+    profile: str = "hour",
+    use_gpu: bool = False,
+    retest: bool = False,
 ) -> float:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
     runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
@@ -403,7 +445,7 @@ def run_all(
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
-        todo = todo_runs(rows, seeds, out, profile, ledger)
+        todo = todo_runs(rows, seeds, out, profile, ledger, retest)
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
         failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger)
         if failed:

@@ -280,6 +280,35 @@ def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, m
     assert todo == ["full-wikiqa-minilm-gsamn-transfer-seed0"]
 
 
+def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tunings(tmp_path, monkeypatch):
+    rows = {r.id: r for r in table.ROWS}
+    pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
+    out = str(tmp_path)
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    source, tuned = plan.Run(pretrain, 0, "full"), plan.Run(transfer, 0, "full")
+    for run, commit in ((source, "abc1234-dirty"), (tuned, "abc1234")):
+        record = dict(_record(run.row.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(run, out), commit=commit)
+        ledger.add(run.name, dict(record, per_question={"metric": "ap", "values": {"Q1": 0.5}}))
+        os.makedirs(tmp_path / "runs" / run.name)
+        (tmp_path / "runs" / f"{run.name}.plan.json").write_text("{}")
+    monkeypatch.setattr(runner, "git_commit", lambda: "def5678-dirty")  # from a dirty tree: nothing is due
+    assert runner.todo_runs([pretrain, transfer], (0,), out, "full", ledger) == []
+    monkeypatch.setattr(runner, "git_commit", lambda: "def5678")
+    todo = [r.name for r in runner.todo_runs([pretrain, transfer], (0,), out, "full", ledger)]
+    assert todo == [source.name, tuned.name]  # the fine-tuning would start from the old checkpoint otherwise
+    for run in (source, tuned):  # a rerun trains anew rather than resuming the finished run
+        assert not (tmp_path / "runs" / run.name).exists() and run.name not in ledger.records
+        assert not (tmp_path / "runs" / f"{run.name}.plan.json").exists()
+    # --retest: a run recorded before per-question figures runs again; one with them does not
+    gate = rows["trecqa/iarnn-gate"]
+    old, new = plan.Run(gate, 0, "full"), plan.Run(gate, 1, "full")
+    ledger.add(old.name, dict(_record(gate.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(old, out)))
+    tested = dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=runner.plan_of(new, out))
+    ledger.add(new.name, dict(tested, per_question={"metric": "ap", "values": {"Q1": 0.5}}))
+    assert runner.todo_runs([gate], (0, 1), out, "full", ledger) == []
+    assert [r.name for r in runner.todo_runs([gate], (0, 1), out, "full", ledger, retest=True)] == [old.name]
+
+
 def test_efficiency_plots_come_from_the_benchmark_cases(tmp_path):
     cases = [
         {"family": "dynsan", "variant": v, "length": n, "seconds": n * f / 1e6, "peak_mb": n * f / 1e3}
