@@ -153,6 +153,9 @@ class Row:
     revision: int = 0  # raised when what the row's commands do changes without the commands changing
     needs: tuple = ()  # data steps beyond its data set and that set's vectors
     full_extra: str = ""  # why the row is left out of the full profile's plan (it runs with --only or --all)
+    # The paper's figures a claim's difference is taken from where they are not `paper`'s: DynSAN's ablations are
+    # on SearchQA, while its row beside them is compared with the paper's SQuAD result.
+    claim_paper: dict | None = None
 
     def seeds_of(self, profile: str, seeds: tuple = SEEDS) -> tuple:
         """The seeds of this row in `profile`; multi-seed rows take the invocation's --seeds."""
