@@ -78,3 +78,21 @@ def test_same_seed_same_model_and_scores():
         outs.append(CTRN.score(model(*_batch())))
     torch.testing.assert_close(outs[0], outs[1])
     assert ((outs[0] > 0) & (outs[0] < 1)).all()
+
+
+def test_the_gates_are_the_causal_convolution_of_eq_1():
+    """QuasiRecurrentGates applies its Conv1d's weights as matrix products over shifted copies of x: the same Z, F,
+    O as the convolution itself (left-padded by k - 1, so step t sees steps t-k+1..t), for widths 1 to 3."""
+    import torch.nn.functional as F
+
+    from qa_models.ctrn import QuasiRecurrentGates
+
+    torch.manual_seed(0)
+    for k in (1, 2, 3):
+        gates = QuasiRecurrentGates(16, 8, k).double()
+        x = torch.randn(3, 7, 16, dtype=torch.double)
+        h = gates.conv(F.pad(x.transpose(1, 2), (k - 1, 0))).transpose(1, 2)  # (B, L, 3d)
+        z, f, o = h.chunk(3, dim=-1)
+        for ours, expected in zip(gates(x), (torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o))):
+            torch.testing.assert_close(ours, expected)
+            assert ours.is_contiguous()
