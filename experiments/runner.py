@@ -549,11 +549,21 @@ def machine_description(use_gpu: bool = False) -> str:
     )
 
 
+# What experiments/results.py writes as it runs: the ledger, the page and its plots. Their changes say nothing of the
+# code a record ran from, so they never make the tree count as dirty (every record after the first of an
+# invocation was marked -dirty by its own ledger before).
+RESULTS_OUTPUTS = ("docs/results", "docs/results.md")
+
+
 def git_commit() -> str:
+    """The commit the code runs from, "-dirty" when a tracked file other than RESULTS_OUTPUTS differs from it (the
+    figures then come from code no commit holds); "unknown" outside a git checkout."""
     try:
-        # "-dirty" when the tracked files differ from the commit: the figures then came from code no commit holds
-        return subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in RESULTS_OUTPUTS)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -561,3 +571,4 @@ def git_commit() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("-dirty" if changed else "")

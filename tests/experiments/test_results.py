@@ -560,3 +560,28 @@ def test_a_record_names_the_software_it_ran_with():
     versions = runner.software_versions()
     assert set(versions) == {"python", "torch", "ray", "transformers", "numpy"}
     assert versions["torch"].startswith("2.") and all(versions.values())
+
+
+def test_the_reports_own_outputs_do_not_make_the_code_dirty(tmp_path, monkeypatch):
+    """A record is "-dirty" when code differs from its commit, not when the ledger, page or plots that the run
+    itself writes have changed (every record after an invocation's first was marked dirty by its own ledger)."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
+
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "docs" / "results" / "ledger.json").write_text("{}\n")
+    (tmp_path / "docs" / "results.md").write_text("# page\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    monkeypatch.setattr(runner, "REPO", str(tmp_path))
+    clean = runner.git_commit()
+    assert len(clean) == 7 and not clean.endswith("-dirty")
+    (tmp_path / "docs" / "results" / "ledger.json").write_text('{"a": 1}\n')
+    (tmp_path / "docs" / "results.md").write_text("# page, rewritten\n")
+    assert runner.git_commit() == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert runner.git_commit() == clean + "-dirty"
