@@ -464,7 +464,7 @@ def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str
             flops = flops_per_example(encoder, build_model(cfg, 0), data, args.max_len)
             for arm in (f"ours-{model}", f"plain-{model}"):
                 runs[arm]["tflops_per_s"] = round(runs[arm]["examples_per_s"] * flops / 1e12, 1)
-                runs[arm]["mfu"] = round(runs[arm]["examples_per_s"] * flops / peak, 3) if peak else None
+                runs[arm]["mfu"] = round(runs[arm]["examples_per_s"] * flops / peak, 4) if peak else None
             mfu[model] = runs[f"ours-{model}"]["mfu"]
         ours_bert, hf = runs["ours-bert"]["examples_per_s"], runs["hf-trainer"]["examples_per_s"]
         results[name] = {
