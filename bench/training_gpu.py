@@ -275,14 +275,9 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
         inputs, labels = batcher(batch, train=True)
         inputs, labels = to_device(inputs, device), to_device(labels, device)
         clock = _lap(phases, "batch", clock)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = model.loss(model(**inputs), labels)
-        loss.backward()
+        forward_backward(model, inputs, labels, device)
         clock = _lap(phases, "forward_backward", clock)
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimiser_step(model, optimizer, cfg)
         clock = _lap(phases, "optimizer", clock)
         done += 1
         if done == warm_steps(cfg.max_steps):
@@ -310,7 +305,6 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
 
 def profile_steps(model, optimizer, batcher, batches, device, cfg, path: str, steps: int = 20) -> None:
     """`steps` more steps of the plain loop under torch.profiler: the operators by host time, and by device time."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from training.data import to_device
@@ -319,14 +313,8 @@ def profile_steps(model, optimizer, batcher, batches, device, cfg, path: str, st
     with profile(activities=activities) as profiler:
         for (_, batch), _ in zip(batches, range(steps)):
             inputs, labels = batcher(batch, train=True)
-            inputs, labels = to_device(inputs, device), to_device(labels, device)
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = model.loss(model(**inputs), labels)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            forward_backward(model, to_device(inputs, device), to_device(labels, device), device)
+            optimiser_step(model, optimizer, cfg)
         synchronize()
     table = profiler.key_averages()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -335,6 +323,25 @@ def profile_steps(model, optimizer, batcher, batches, device, cfg, path: str, st
         f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n\n")
         if device.type == "cuda":
             f.write(table.table(sort_by="self_cuda_time_total", row_limit=25) + "\n")
+
+
+def forward_backward(model, inputs: dict, labels, device) -> None:
+    """One micro-batch's forward (bf16 autocast) and backward, as the training loop runs it."""
+    import torch
+
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss = model.loss(model(**inputs), labels)
+    loss.backward()
+
+
+def optimiser_step(model, optimizer, cfg) -> None:
+    """The recipe's gradient clip (if any), the optimiser's step, and the gradients cleared."""
+    import torch
+
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _lap(phases: dict, name: str, since: float) -> float:

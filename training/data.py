@@ -210,7 +210,7 @@ def prefetched(items, prepare, depth: int = 2):
 
 
 def torch_device_type(device) -> str:
-    """ "cuda", "cpu", ... of a torch.device or a device string."""
+    """The type ("cuda", "cpu", ...) of a torch.device or a device string."""
     return getattr(device, "type", str(device).split(":")[0])
 
 
