@@ -346,11 +346,11 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
     return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def rerun_reason(record: dict, retest: bool = False) -> str | None:
+def rerun_reason(record: dict, clean_tree: bool, retest: bool = False) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
-    holds what it ran; only from a clean tree, where the new record will name its commit), or, with `retest`, its
+    holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
     record predates per-question figures (its row then has no interval and its claims no paired test)."""
-    if str(record.get("commit", "")).endswith("-dirty") and not git_commit().endswith("-dirty"):
+    if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
@@ -376,10 +376,11 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     runs again (a row never mixes starting checkpoints). Sources first, then every row's first seed before any
     second one, the zero-shot row and the slowest (MiniLM) rows first within a seed."""
     runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
+    clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
     for run in runs:
         recorded = ledger.records.get(run.name)
         if recorded and recorded.get("plan") == plan_of(run, out):
-            why = rerun_reason(recorded, retest)
+            why = rerun_reason(recorded, clean_tree, retest)
             if why is None:
                 continue
             say(f"{run.name}: {why}: it runs again")

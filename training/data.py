@@ -155,7 +155,8 @@ def to_device(value, device):
     if isinstance(value, dict):
         return {k: to_device(v, device) for k, v in value.items()}
     if torch_device_type(device) == "cuda" and value.device.type == "cpu":
-        return value.pin_memory().to(device, non_blocking=True)
+        # the training loop's prefetch thread has pinned its batches already (`pinned`)
+        return (value if value.is_pinned() else value.pin_memory()).to(device, non_blocking=True)
     return value.to(device)
 
 

@@ -228,7 +228,8 @@ class WorkerRun:
         """This worker's rows of the current epoch, from where the run is (a resume skips the micro-batches the
         epoch had consumed); False where the run ends inside it (its last step, or an early stop)."""
         cfg = self.cfg
-        micro, step_loss = 0, torch.zeros((), device=self.device)  # summed on the device
+        micro = 0
+        step_loss: float | torch.Tensor = 0.0  # a tensor on the device once a micro-batch's loss is added
         batches = epoch_batches(
             self.config["train_row_groups"],
             self.first_row,
@@ -251,7 +252,7 @@ class WorkerRun:
                     continue
                 self.optimiser_step(micro)
                 self.after_step(step_loss / micro)
-                micro, step_loss = 0, torch.zeros((), device=self.device)
+                micro, step_loss = 0, 0.0
                 if not self.after_step_checks():
                     return False
         if micro:  # the shard held more batches than expected: their gradients were never all-reduced
