@@ -3,24 +3,32 @@ same GPU, how busy the GPU is, MFU, and two Ray Train workers sharing the GPU.
 
     python bench/training_gpu.py --data TOKENISED_WIKIQA [--encoder minilm=PATH] [--encoder mpnet-base=PATH]
         [--random-weights] [--batch-size 32] [--max-len 128] [--steps minilm=400,mpnet-base=200]
+        [--compile reduce-overhead] [--arms hf-trainer,ours-bert,...] [--profile]
         [--parts throughput,multi-worker] [--json docs/bench/training-gpu.json]
 
 Throughput (part `throughput`), for each encoder, in one process on one GPU, at the same batch, sequence cap and
-precision (bf16 autocast over fp32 weights, as all three do it):
-- ours: jobs/train.py's loop under Ray Train, one worker holding the whole GPU, fed by Ray Data as in a real run
-  (`training.trainer.run`), as a cross-encoder (`--model bert`: the encoder's first state through a linear layer)
-  and with GSAMN on top (`--model gsamn`); the cross-encoder also with --length-buckets 32;
-- plain: the same model, batches and optimiser in a plain PyTorch loop in this process (no Ray Train; the batches
-  still come through `training.rows.epoch_batches`): the ceiling our loop should approach; it also reports the
-  host's milliseconds per step by phase (`host_ms_per_step`: reading, building the batch, queueing forward and
-  backward, queueing the optimiser step), which say what a GPU that is not busy waits for;
+precision (bf16 autocast over fp32 weights, as all three do it), one arm after another (--arms, in order; an arm
+that fails is recorded with its error and the rest still run; --json is rewritten after each arm):
+- ours (`ours-bert`, `ours-gsamn`): jobs/train.py's loop under Ray Train, one worker holding the whole GPU, fed by
+  Ray Data as in a real run (`training.trainer.run`), as a cross-encoder (`--model bert`: the encoder's first
+  state through a linear layer) and with GSAMN on top (`--model gsamn`), its forward compiled in --compile's mode
+  (jobs/train.py --compile; `-eager` arms without), `ours-bert-buckets` with --length-buckets 32;
+- plain (`plain-bert`, `plain-gsamn`): the same model, batches, compiled forward and optimiser in a plain PyTorch
+  loop in this process (no Ray Train; the batches still come through `training.rows.epoch_batches`): the ceiling
+  our loop should approach; it also reports the host's milliseconds per step by phase (`host_ms_per_step`:
+  reading, building the batch, queueing forward and backward, queueing the optimiser step), which say what a GPU
+  that is not busy waits for. `-seeded` seeds the generators every step and `-prefetched` builds the batches in
+  a thread, as our loop does: what tells which of its ways, if any, costs it speed;
 - hf-trainer (run first for each encoder): `transformers.Trainer` fine-tuning
   `AutoModelForSequenceClassification` (two labels) of the same encoder on the same pairs, tokenised once up
   front, padded per batch by `DataCollatorWithPadding`, Trainer's defaults otherwise (its default optimiser,
-  `bf16=True`): the peer a user would pick.
-Examples per second are over the steps after a warm-up (ours: every step after the first, as the run reports it;
-plain and Trainer: after step 10), the clock read after the GPU has finished them. `gpu_busy` is the mean of
-NVML's utilisation (the share of time a kernel was running) sampled every 50 ms inside that window.
+  `bf16=True`): the peer a user would pick; `hf-trainer-compiled` with Trainer's torch_compile in --compile's mode.
+Examples per second are over the steps after a warm-up of a third of the arm's steps (at least 10: a compiled arm
+records a CUDA graph at each sequence length's first batch), the clock read after the GPU has finished them (ours:
+between the run's progress lines, whose loss read waits for the GPU; its own figure over every step after the
+first is `examples_per_s_after_first_step`). `gpu_busy` is the mean of NVML's utilisation (the share of time a
+kernel was running) sampled every 50 ms inside that window. --profile writes torch.profiler tables of 20 steps of
+each plain arm and of each ours arm (the loop's QA_PROFILE) to a folder beside --json.
 
 MFU is model FLOPs per second over the device's dense bf16 peak (989.5 TFLOP/s for the H100 SXM and the H200,
 756 for the H100 PCIe): training costs 6 N per token for the N weights outside the embedding tables (forward 2N,
@@ -73,13 +81,19 @@ from dataclasses import replace
 from bench.report import write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WARM_STEPS = 10  # plain and Trainer steps before the clock starts (allocator, autotuning, the first batches)
+# Steps before the clock starts, at least WARM_STEPS and a third of an arm's steps: the allocator, autotuning, the
+# first batches, and compiled arms' graphs (a CUDA graph is recorded at each sequence length's first batch).
+WARM_STEPS = 10
+WARM_SHARE = 3
 # Dense bf16 peaks (NVIDIA's data sheets, without sparsity), by a name torch.cuda.get_device_name contains.
 BF16_PEAKS = (("H100 PCIe", 756e12), ("H100", 989.5e12), ("H200", 989.5e12), ("A100", 312e12), ("L4", 121e12))
 
 
+STARTED = time.time()
+
+
 def _log(message: str) -> None:
-    print(f"[bench-training-gpu] {message}", file=sys.stderr, flush=True)
+    print(f"[bench-training-gpu +{time.time() - STARTED:.0f}s] {message}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ the GPU's state
@@ -130,7 +144,17 @@ def synchronize(empty_cache: bool = False) -> None:
 
 
 def warm_steps(steps: int) -> int:
-    return min(WARM_STEPS, steps // 2)
+    return min(max(WARM_STEPS, steps // WARM_SHARE), steps // 2)
+
+
+def steady_rate(progress_times: list, warm: int, batch_size: int, until: int) -> tuple[float, list[float]] | None:
+    """Examples per second between the first progress line at or after step `warm` and the last one at or before
+    step `until`, and that wall-clock window; None when fewer than two lines qualify."""
+    lines = [(step, when) for step, when in progress_times or [] if warm <= step <= until]
+    if len(lines) < 2:
+        return None
+    (first, start), (last, end) = lines[0], lines[-1]
+    return (last - first) * batch_size / (end - start), [start, end]
 
 
 def bf16_peak(name: str) -> float | None:
@@ -226,14 +250,21 @@ def flops_per_example(encoder: str, model, data: str, max_len: int) -> float:
 
 # ------------------------------------------------------------------------------------------------------ the arms
 def ours(cfg, sampler: BusySampler) -> dict:
+    from training.loop import PROFILE_STEPS
     from training.trainer import run
 
     started = time.time()
     summary = run(cfg)
-    window = summary.get("timed_window") or [started, time.time()]
+    # the loop's QA_PROFILE (--profile) records the last steps: slower, so outside the window
+    profiled = PROFILE_STEPS if os.environ.get("QA_PROFILE") else 0
+    times = summary.get("progress_times")
+    steady = steady_rate(times, warm_steps(cfg.max_steps), cfg.batch_size, cfg.max_steps - profiled)
+    if steady is None:  # too few progress lines: every step after the first, as the run reports it
+        steady = summary["examples_per_s"], summary.get("timed_window") or [started, time.time()]
     return {
-        "examples_per_s": round(summary["examples_per_s"], 1),
-        "gpu_busy": sampler.busy(*window),
+        "examples_per_s": round(steady[0], 1),
+        "examples_per_s_after_first_step": round(summary["examples_per_s"], 1),
+        "gpu_busy": sampler.busy(*steady[1]),
         "steps": summary["steps"],
         "precision": summary.get("precision"),
         "dev_map": round(summary["metrics"].get("map") or 0.0, 4),
@@ -241,16 +272,21 @@ def ours(cfg, sampler: BusySampler) -> dict:
     }
 
 
-def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
+def plain(
+    cfg, sampler: BusySampler, profile_to: str | None = None, seeded: bool = False, prefetch: bool = False
+) -> dict:
     """The model, batches, autocast and optimiser of our loop in a plain loop on this process's GPU; with
     `profile_to`, 20 steps after the timed ones run under torch.profiler and its table of host and device time by
-    operator (and the count of synchronisations) is written there."""
+    operator (and the count of synchronisations) is written there. Two of the loop's own ways, each on demand, to
+    tell which (if either) costs the loop its speed: `seeded`, every step seeds the generators as the loop does
+    (`seed_micro_batch`); `prefetch`, batches are built and pinned in a thread (`training.data.prefetched`)."""
     import torch
 
     from pipelines.shards import shard_paths
     from training.config import data_fields
-    from training.data import Batcher, read_manifest, to_device
-    from training.models import build_model
+    from training.data import Batcher, pinned, prefetched, read_manifest, to_device
+    from training.loop import seed_micro_batch
+    from training.models import build_model, training_forward
     from training.optim import build_optimizer
     from training.rows import epoch_batches, row_groups, worker_rows
 
@@ -259,9 +295,15 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, manifest.get("vocab_size", 0), None, data_fields(manifest), None).to(device)
     optimizer = build_optimizer(cfg, model, cfg.lr)
+    step_forward = training_forward(model, cfg.compile)
     batcher = Batcher(cfg, model.inputs, getattr(model, "objective", None), getattr(model.config, "max_len", None))
     groups = row_groups(shard_paths(os.path.abspath(cfg.data), "train")[0])
     start, stop = worker_rows(sum(rows for *_, rows in groups), 1, 0)
+
+    def prepare(item: tuple[int, dict]):
+        inputs, labels = batcher(item[1], train=True)
+        return (pinned(inputs), pinned(labels)) if prefetch and device.type == "cuda" else (inputs, labels)
+
     model.train()
     done, timed_from = 0, 0.0
     # the host's time per step by phase (no phase waits for the GPU but the last, so a phase that takes long here
@@ -269,13 +311,16 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
     # queueing the optimiser step
     phases = dict.fromkeys(("read", "batch", "forward_backward", "optimizer"), 0.0)
     batches = epoch_batches(groups, start, stop, cfg, 0, 0, batcher.length_key)
+    items = prefetched(batches, prepare) if prefetch else batches
     clock = time.perf_counter()
-    for _, batch in batches:
+    for item in items:
         clock = _lap(phases, "read", clock)
-        inputs, labels = batcher(batch, train=True)
+        inputs, labels = item if prefetch else prepare(item)
+        if seeded:
+            seed_micro_batch(cfg.seed, 0, 0, done)
         inputs, labels = to_device(inputs, device), to_device(labels, device)
         clock = _lap(phases, "batch", clock)
-        forward_backward(model, inputs, labels, device)
+        forward_backward(model, inputs, labels, device, step_forward)
         clock = _lap(phases, "forward_backward", clock)
         optimiser_step(model, optimizer, cfg)
         clock = _lap(phases, "optimizer", clock)
@@ -290,10 +335,13 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
     synchronize()
     ended = time.time()
     timed_steps = done - warm_steps(cfg.max_steps)
-    if profile_to:
-        profile_steps(model, optimizer, batcher, batches, device, cfg, profile_to)
+    if prefetch:
+        items.close()  # its thread stops before the stream is read here again or closed
+    elif profile_to:
+        profile_steps(model, optimizer, batcher, batches, device, cfg, profile_to, step_forward)
     batches.close()  # the rest of the epoch is not read (its Ray Data stream stops here)
-    del model, optimizer
+    del model, optimizer, step_forward
+    torch._dynamo.reset()  # the compiled graphs and their CUDA graphs' memory go with the model
     synchronize(empty_cache=True)
     return {
         "examples_per_s": round(timed_steps * cfg.batch_size / (ended - timed_from), 1),
@@ -303,34 +351,31 @@ def plain(cfg, sampler: BusySampler, profile_to: str | None = None) -> dict:
     }
 
 
-def profile_steps(model, optimizer, batcher, batches, device, cfg, path: str, steps: int = 20) -> None:
+def profile_steps(model, optimizer, batcher, batches, device, cfg, path: str, step_forward, steps: int = 20) -> None:
     """`steps` more steps of the plain loop under torch.profiler: the operators by host time, and by device time."""
     from torch.profiler import ProfilerActivity, profile
 
     from training.data import to_device
+    from training.progress import write_profile_tables
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
         for (_, batch), _ in zip(batches, range(steps)):
             inputs, labels = batcher(batch, train=True)
-            forward_backward(model, to_device(inputs, device), to_device(labels, device), device)
+            forward_backward(model, to_device(inputs, device), to_device(labels, device), device, step_forward)
             optimiser_step(model, optimizer, cfg)
         synchronize()
-    table = profiler.key_averages()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(f"{steps} steps of the plain loop ({cfg.model}, {cfg.encoder_path}, batch {cfg.batch_size})\n\n")
-        f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n\n")
-        if device.type == "cuda":
-            f.write(table.table(sort_by="self_cuda_time_total", row_limit=25) + "\n")
+    header = f"{steps} steps of the plain loop ({cfg.model}, {cfg.encoder_path}, batch {cfg.batch_size})"
+    write_profile_tables(profiler, path, header, device.type == "cuda")
 
 
-def forward_backward(model, inputs: dict, labels, device) -> None:
-    """One micro-batch's forward (bf16 autocast) and backward, as the training loop runs it."""
+def forward_backward(model, inputs: dict, labels, device, step_forward=None) -> None:
+    """One micro-batch's forward (bf16 autocast; through `step_forward`, the compiled model, where given) and
+    backward, as the training loop runs it."""
     import torch
 
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        loss = model.loss(model(**inputs), labels)
+        loss = model.loss((model if step_forward is None else step_forward)(**inputs), labels)
     loss.backward()
 
 
@@ -350,9 +395,12 @@ def _lap(phases: dict, name: str, since: float) -> float:
     return now
 
 
-def hf_trainer(encoder: str, data: str, batch_size: int, max_len: int, steps: int, sampler, folder: str) -> dict:
+def hf_trainer(
+    encoder: str, data: str, batch_size: int, max_len: int, steps: int, sampler, folder: str, compile_mode: str = "none"
+) -> dict:
     """transformers.Trainer fine-tuning AutoModelForSequenceClassification on the same pairs, its defaults but
-    bf16, no checkpoints and no reporting."""
+    bf16, no checkpoints and no reporting; with `compile_mode` (not "none") Trainer's torch_compile in that mode,
+    batches padded to a multiple of 16 tokens as ours are compiled."""
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
@@ -363,6 +411,9 @@ def hf_trainer(encoder: str, data: str, batch_size: int, max_len: int, steps: in
         TrainingArguments,
     )
 
+    from training.config import PAD_MULTIPLE_COMPILED
+
+    compiled = compile_mode != "none"
     tokenizer = AutoTokenizer.from_pretrained(encoder, local_files_only=True)
     questions, answers, labels = pairs(data, limit=steps * batch_size)
     encoded = tokenizer(questions, answers, truncation="longest_first", max_length=max_len)
@@ -382,6 +433,7 @@ def hf_trainer(encoder: str, data: str, batch_size: int, max_len: int, steps: in
             synchronize()
             clock["to"], clock["steps"] = time.time(), state.global_step
 
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=PAD_MULTIPLE_COMPILED if compiled else None)
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(encoder, num_labels=2, local_files_only=True)
     if "token_type_ids" in encoded and "token_type_ids" in inspect.signature(model.forward).parameters:
@@ -399,18 +451,20 @@ def hf_trainer(encoder: str, data: str, batch_size: int, max_len: int, steps: in
         logging_steps=50,
         disable_tqdm=True,
         seed=0,
+        **({"torch_compile": True, "torch_compile_mode": compile_mode} if compiled else {}),
     )
     trainer = Trainer(
         model=model,
         args=arguments,
         train_dataset=rows,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=collator,
         callbacks=[Clock()],
     )
     trainer.train()
     optimiser = type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer)
     fused = any(group.get("fused") for group in trainer.optimizer.param_groups)
     del trainer, model
+    torch._dynamo.reset()
     synchronize(empty_cache=True)
     return {
         "examples_per_s": round((clock["steps"] - warm_steps(steps)) * batch_size / (clock["to"] - clock["from"]), 1),
@@ -420,8 +474,75 @@ def hf_trainer(encoder: str, data: str, batch_size: int, max_len: int, steps: in
     }
 
 
+# The arms run by default, in this order (the peer first: the comparison the benchmark exists for survives a time
+# limit on the arms after it), and those --arms may add: ours and plain without --compile, Trainer compiled in
+# --compile's mode (batches padded to a multiple of 16, as ours), ours with --length-buckets 32, plain with the
+# loop's per-step seeding and/or its prefetch thread (which of the loop's ways, if any, slows it).
+ARMS = ("hf-trainer", "ours-bert", "plain-bert", "ours-gsamn", "plain-gsamn")
+OPTIONAL_ARMS = (
+    "ours-bert-eager",
+    "plain-bert-eager",
+    "ours-gsamn-eager",
+    "hf-trainer-compiled",
+    "ours-bert-buckets",
+    "plain-bert-seeded",
+    "plain-bert-prefetched",
+    "plain-bert-seeded-prefetched",
+)
+
+
+def run_arm(arm: str, base, args, name: str, encoder: str, data: str, sampler: BusySampler, folder: str) -> dict:
+    """One arm's figures; an arm that fails is recorded with its error and the others still run."""
+    try:
+        if arm.startswith("hf-trainer"):
+            mode = args.compile if arm == "hf-trainer-compiled" else "none"
+            return hf_trainer(encoder, data, args.batch_size, args.max_len, base.max_steps, sampler, folder, mode)
+        kind, model, *variant = arm.split("-")
+        cfg = replace(
+            base,
+            model=model,
+            name=f"{name}-{arm}",
+            compile="none" if "eager" in variant else args.compile,
+            length_buckets=32 if "buckets" in variant else 0,
+        )
+        if kind == "ours":
+            return ours(cfg, sampler)
+        profile = os.path.join(profiles_folder(args), f"{name}-{arm}.txt") if args.profile else None
+        return plain(cfg, sampler, profile, seeded="seeded" in variant, prefetch="prefetched" in variant)
+    except Exception as error:  # a benchmark reports what failed and measures the rest
+        _log(f"{name} {arm}: failed: {type(error).__name__}: {error}")
+        synchronize(empty_cache=True)
+        return {"error": f"{type(error).__name__}: {str(error)[:400]}"}
+
+
+def ratio(runs: dict, top: str, bottom: str) -> float | None:
+    """runs[top] examples per second over runs[bottom]'s, where both arms ran."""
+    a, b = runs.get(top, {}).get("examples_per_s"), runs.get(bottom, {}).get("examples_per_s")
+    return round(a / b, 3) if a and b else None
+
+
+def summary(runs: dict, prefix: str = "") -> dict:
+    """The headline figures of the cross-encoder (prefix "") or of GSAMN, from the arms that ran."""
+    model = "gsamn" if prefix else "bert"
+    ours_arm = runs.get(f"ours-{model}", {})
+    figures = {
+        "ours_vs_plain": ratio(runs, f"ours-{model}", f"plain-{model}"),
+        "gpu_busy": ours_arm.get("gpu_busy"),
+        "mfu": ours_arm.get("mfu"),
+        "examples_per_s": ours_arm.get("examples_per_s"),
+        "compiled_vs_eager": ratio(runs, f"ours-{model}", f"ours-{model}-eager"),
+    }
+    if model == "bert":
+        figures = {
+            "ours_vs_hf_trainer": ratio(runs, "ours-bert", "hf-trainer"),
+            "ours_vs_hf_trainer_compiled": ratio(runs, "ours-bert", "hf-trainer-compiled"),
+            **figures,
+        }
+    return {key: value for key, value in figures.items() if value is not None or key in ("ours_vs_hf_trainer",)}
+
+
 def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str, result: dict) -> dict:
-    """Every arm for every encoder; `result["encoders"]` is written to --json after each encoder (a failure or a
+    """Every arm for every encoder; `result["encoders"]` is written to --json after each arm (a failure or a
     time limit later keeps what was measured)."""
     import torch
 
@@ -429,8 +550,10 @@ def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str
     from training.models import build_model
 
     steps = dict(item.split("=") for item in args.steps.split(","))
+    arms = args.arms.split(",")
     data = repeated_split(args.data, args.repeat, folder)
-    results = {}
+    peak = bf16_peak(torch.cuda.get_device_name(0)) if args.device == "cuda" else None
+    results: dict = result.setdefault("encoders", {})
     for name, path in encoders.items():
         encoder = random_encoder(path, folder, name) if args.random_weights else path
         n = int(steps.get(name, 400))
@@ -447,52 +570,31 @@ def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str
             storage_path=os.path.join(folder, "runs"),
             name=f"{name}-bert",
             checkpoint_minutes=0,
-            log_every=100,
+            log_every=max(1, n // 12),  # the progress lines' times are what ours' steady state is read between
             patience=0,
         )
-        # the peer first: the comparison the benchmark exists for survives a time limit on the arms after it
-        runs: dict = {"hf-trainer": hf_trainer(encoder, data, args.batch_size, args.max_len, n, sampler, folder)}
-        _log(f"{name}: hf-trainer {json.dumps(runs['hf-trainer'])}")
-        for model in ("bert", "gsamn"):
-            cfg = replace(base, model=model, name=f"{name}-{model}")
-            _log(f"{name} {model}: ours (Ray Train, 1 worker, {n} steps)")
-            runs[f"ours-{model}"] = ours(cfg, sampler)
-            _log(f"{name} {model}: ours {json.dumps(runs[f'ours-{model}'])}")
-            profile = f"{os.path.splitext(args.json)[0]}-profile-{name}-{model}.txt" if args.profile else None
-            runs[f"plain-{model}"] = plain(cfg, sampler, profile)
-            _log(f"{name} {model}: plain {json.dumps(runs[f'plain-{model}'])}")
-        bucketed = replace(base, name=f"{name}-bert-buckets", length_buckets=32)
-        runs["ours-bert-length-buckets-32"] = ours(bucketed, sampler)
-        _log(f"{name} bert: ours with length buckets {json.dumps(runs['ours-bert-length-buckets-32'])}")
-        peak = bf16_peak(torch.cuda.get_device_name(0)) if args.device == "cuda" else None
-        mfu = {}
-        for model in ("bert", "gsamn"):
-            cfg = replace(base, model=model)
-            flops = flops_per_example(encoder, build_model(cfg, 0), data, args.max_len)
-            for arm in (f"ours-{model}", f"plain-{model}"):
-                runs[arm]["tflops_per_s"] = round(runs[arm]["examples_per_s"] * flops / 1e12, 1)
-                runs[arm]["mfu"] = round(runs[arm]["examples_per_s"] * flops / peak, 4) if peak else None
-            mfu[model] = runs[f"ours-{model}"]["mfu"]
-        ours_bert, hf = runs["ours-bert"]["examples_per_s"], runs["hf-trainer"]["examples_per_s"]
-        results[name] = {
-            "ours_vs_hf_trainer": round(ours_bert / hf, 3),
-            "ours_vs_plain": round(ours_bert / runs["plain-bert"]["examples_per_s"], 3),
-            "gpu_busy": runs["ours-bert"]["gpu_busy"],
-            "mfu": mfu["bert"],
-            "examples_per_s": ours_bert,
-            "gsamn": {
-                "ours_vs_plain": round(runs["ours-gsamn"]["examples_per_s"] / runs["plain-gsamn"]["examples_per_s"], 3),
-                "gpu_busy": runs["ours-gsamn"]["gpu_busy"],
-                "mfu": mfu["gsamn"],
-                "examples_per_s": runs["ours-gsamn"]["examples_per_s"],
-            },
+        flops = {
+            model: flops_per_example(encoder, build_model(replace(base, model=model), 0), data, args.max_len)
+            for model in ("bert", "gsamn")
+        }
+        runs: dict = {}
+        head = {
             "weights": "random (seeded) from the encoder's config" if args.random_weights else "pretrained",
             "steps": n,
-            "runs": runs,
+            "compile": args.compile,
         }
-        _log(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'runs'})}")
-        result["encoders"] = results
-        write_result(result, args.json)
+        for arm in arms:
+            _log(f"{name} {arm}: {n} steps")
+            runs[arm] = figures = run_arm(arm, base, args, name, encoder, data, sampler, folder)
+            if figures.get("examples_per_s"):
+                per_example = flops["gsamn" if "gsamn" in arm else "bert"]
+                figures["tflops_per_s"] = round(figures["examples_per_s"] * per_example / 1e12, 1)
+                figures["mfu"] = round(figures["examples_per_s"] * per_example / peak, 4) if peak else None
+            _log(f"{name} {arm}: {json.dumps(figures)}")
+            results[name] = {**head, **summary(runs), "gsamn": summary(runs, "gsamn"), "runs": runs}
+            write_result(result, args.json)
+        entry = results[name]
+        _log(f"{name}: {json.dumps({k: v for k, v in entry.items() if k != 'runs'})}")
     return results
 
 
@@ -597,6 +699,8 @@ def multi_worker(args, encoder: str, folder: str) -> dict:
 
 # --------------------------------------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
+    from training.config import COMPILE_MODES
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="a tokenised answer-selection folder (WikiQA)")
     p.add_argument(
@@ -612,25 +716,51 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", default="minilm=400,mpnet-base=200", help="steps per encoder and arm, NAME=N,...")
     p.add_argument("--repeat", type=int, default=8, help="copies of the train split in the throughput data")
     p.add_argument("--parts", default="throughput,multi-worker", help="throughput, multi-worker, or both")
+    p.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        help=f"the throughput arms, in order (default {','.join(ARMS)}; also {', '.join(OPTIONAL_ARMS)})",
+    )
+    p.add_argument(
+        "--compile",
+        default="reduce-overhead",
+        choices=list(COMPILE_MODES),
+        help="torch.compile mode of ours and plain (jobs/train.py --compile), not of the -eager arms",
+    )
     p.add_argument("--mw-encoder", default=None, help="the multi-worker run's encoder folder (default: the first)")
     p.add_argument("--mw-epochs", type=int, default=2)
-    p.add_argument("--profile", action="store_true", help="torch.profiler tables of 20 plain-loop steps per arm")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="torch.profiler tables of 20 steps of each plain and ours arm (QA_PROFILE), in JSON-profiles/",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a small check of the script")
     p.add_argument("--json", default=os.path.join(REPO, "docs", "bench", "training-gpu.json"))
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = [arm for arm in args.arms.split(",") if arm not in ARMS + OPTIONAL_ARMS]
+    if unknown:
+        p.error(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS + OPTIONAL_ARMS)})")
+    return args
 
 
-def start_ray(trace: str | None = None) -> None:
-    """A private local Ray (every core, the GPU); `trace`: QA_TRACE_ROWS for its workers, which inherit the
-    environment at start (tracing writes a line per row, so the throughput runs go without it)."""
+def profiles_folder(args) -> str:
+    """Where --profile's tables go: beside --json, in a folder named after it."""
+    return os.path.splitext(args.json)[0] + "-profiles"
+
+
+def start_ray(trace: str | None = None, profile: str | None = None) -> None:
+    """A private local Ray (every core, the GPU); `trace`: QA_TRACE_ROWS for its workers, `profile`: QA_PROFILE,
+    which they inherit from the environment at start (tracing writes a line per row, so the throughput runs go
+    without it)."""
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
-    if trace:
-        os.environ["QA_TRACE_ROWS"] = trace
-    else:
-        os.environ.pop("QA_TRACE_ROWS", None)
+    for variable, value in (("QA_TRACE_ROWS", trace), ("QA_PROFILE", profile)):
+        if value:
+            os.environ[variable] = value
+        else:
+            os.environ.pop(variable, None)
     from runtime.ray_env import init_local_ray
 
     init_local_ray(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
@@ -669,7 +799,7 @@ def main(argv=None) -> int:
         if sampler.nvml is None:
             result["gpu_busy_note"] = sampler.reason
         if "throughput" in parts:
-            start_ray()
+            start_ray(profile=os.path.abspath(profiles_folder(args)) if args.profile else None)
             result["encoders"] = throughput(args, encoders, sampler, folder, result)
         if "multi-worker" in parts:
             start_ray(trace=os.path.join(folder, "trace"))

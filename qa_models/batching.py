@@ -99,11 +99,12 @@ def triplet_batch(
 class TransformerPairs:
     """Pairs encoded with a pretrained model's own tokenizer (`[CLS] q [SEP] a [SEP]`)."""
 
-    def __init__(self, path: str, max_len: int):
+    def __init__(self, path: str, max_len: int, pad_multiple: int | None = None):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.max_len = max_len
+        self.pad_multiple = pad_multiple  # pad each batch to a multiple of this many tokens (None: its longest)
 
     def __call__(self, questions, answers, labels) -> dict:
         enc = self.tokenizer(
@@ -112,6 +113,7 @@ class TransformerPairs:
             truncation="longest_first",
             max_length=self.max_len,
             padding=True,
+            pad_to_multiple_of=self.pad_multiple,
             return_tensors="np",  # numpy, then shared with torch: a third of the call went to torch.tensor(lists)
         )
         return {

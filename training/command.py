@@ -9,7 +9,7 @@ import argparse
 from dataclasses import asdict
 
 from qa_models.recipes import NEGATIVES, OPTIMIZERS, RECIPE_NAMES, SCHEDULES
-from training.config import RECIPE_FIELDS, SELECT_METRICS, TrainConfig
+from training.config import COMPILE_MODES, PAD_MULTIPLE_COMPILED, RECIPE_FIELDS, SELECT_METRICS, TrainConfig
 
 
 def parse_train_args(
@@ -161,6 +161,14 @@ def parse_train_args(
         "adds a gradient scaler",
     )
     p.add_argument(
+        "--compile",
+        default="none",
+        choices=list(COMPILE_MODES),
+        help="torch.compile the training forward in this mode (evaluation stays eager); reduce-overhead replays "
+        "CUDA graphs, for GPUs the host cannot keep busy; transformer batches then pad to a multiple of "
+        f"{PAD_MULTIPLE_COMPILED} tokens (a graph per length). Default none: eager",
+    )
+    p.add_argument(
         "--eval-every",
         type=int,
         default=None,
@@ -302,6 +310,7 @@ def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:
         grad_accumulation=args.grad_accumulation,
         length_buckets=args.length_buckets,
         precision=args.precision,
+        compile=args.compile,
         eval_every=args.eval_every,
         select_metric=args.select_metric,
         test_split=args.test_split,

@@ -15,6 +15,12 @@ import torch
 from runtime.checks import UsageError, at_least, integer_at_least, one_of, within
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# torch.compile's modes for the training forward (none: eager). reduce-overhead replays CUDA graphs: the host queues
+# a step in a few calls instead of a kernel launch per operator.
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+# Compiled, a transformer's batches pad to a multiple of this many tokens: a few sequence lengths, so a few CUDA
+# graphs (one is recorded per shape), instead of one per batch length.
+PAD_MULTIPLE_COMPILED = 16
 
 
 # The dev metrics of each kind of data set, the first the default for --select-metric.
@@ -107,6 +113,7 @@ class TrainConfig:
     grad_accumulation: int = 1  # micro-batches per optimiser step
     length_buckets: int = 0  # sort pools of this many batches (at least 8) by length, re-cut and shuffle (0: off)
     precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp32), "fp32", "bf16", "fp16" (GPU)
+    compile: str = "none"  # torch.compile's mode for the training forward (COMPILE_MODES; evaluation stays eager)
     eval_every: int | None = None  # steps between dev evaluations; epoch ends and the last step always evaluate
     select_metric: str = "auto"  # the dev metric that picks the best checkpoint; auto: MAP, F1 or accuracy
     test_split: str | None = None  # scored once at the end, with the best checkpoint's weights (a held-out split)
@@ -174,6 +181,7 @@ class TrainConfig:
         integer_at_least("--grad-accumulation", self.grad_accumulation, 1)
         integer_at_least("--length-buckets", self.length_buckets, 0)
         one_of("--precision", self.precision, PRECISIONS)
+        one_of("--compile", self.compile, COMPILE_MODES)
         integer_at_least("--eval-every", self.eval_every, 1, allow_none=True)
         one_of("--select-metric", self.select_metric, SELECT_METRICS)
         if self.test_split is not None and not self.test_split.strip():

@@ -100,12 +100,14 @@ class Batcher:
         max_context: int | None = None,
     ):
         from qa_models.batching import TransformerPairs
+        from training.config import PAD_MULTIPLE_COMPILED
 
         self.max_context = cfg.max_len or max_context or 5000
         self.max_len = max_len or cfg.max_len or 256
         self.inputs, self.seed, self.negatives = inputs, cfg.seed, cfg.negatives
         self.pairwise = objective == "pairwise"
-        self.transformer = TransformerPairs(cfg.encoder_path, self.max_len) if cfg.encoder_path else None
+        pad_multiple = PAD_MULTIPLE_COMPILED if cfg.compile != "none" else None  # a few shapes: a few graphs
+        self.transformer = TransformerPairs(cfg.encoder_path, self.max_len, pad_multiple) if cfg.encoder_path else None
 
     def length_key(self, batch: dict) -> np.ndarray:
         """What padding follows from, per row: the context (passages), or question and answer, capped as the

@@ -44,9 +44,9 @@ from training.checkpoints import (
 from training.config import TrainConfig, autocast_dtype, precision_name
 from training.data import Batcher, pinned, prefetched, to_device
 from training.evaluation import best_so_far, evaluate, evaluations_since_best, score_split
-from training.models import build_model
+from training.models import build_model, training_forward
 from training.optim import WeightAverage, build_optimizer, l2_penalty, lr_factor
-from training.progress import Scalars, figures_line, log, worker_log_level
+from training.progress import Scalars, figures_line, log, worker_log_level, write_profile_tables
 from training.rows import epoch_batches, worker_rows
 
 
@@ -87,6 +87,8 @@ def _rank_zero_code(code: int, device) -> int:
     dist.broadcast(value, src=0)
     return int(value.item())
 
+
+PROFILE_STEPS = 20  # the last steps of a run QA_PROFILE records
 
 # What every worker does after an optimiser step, decided by rank 0: STOP + i stops on SIGNALS[i].
 GO_ON, CHECKPOINT, STOP = 0, 1, 2
@@ -132,6 +134,9 @@ class WorkerRun:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step, self.epoch, self.batch_in_epoch, self.resumed_from = 0, 0, 0, 0
         self.curve: list[list] = []  # [step, loss]
+        # [step, wall-clock time] at each progress line of this run, taken after the line's read of the losses
+        # waited for the GPU: the rate between two of them is what the device did (a benchmark's steady state)
+        self.progress_times: list[list] = []
         self.dev_history: list[list] = []  # [step, dev figures]
         self.stopped_early = False
         self.trained_before = 0.0  # seconds trained before the latest resume, up to the checkpoint it resumed from
@@ -147,6 +152,7 @@ class WorkerRun:
         self.model: Any = ray.train.torch.prepare_model(model, parallel_strategy_kwargs=unused)
         # the model itself under DDP's wrapper: registered models differ, so what the loop reads of it is untyped
         self.core: Any = getattr(self.model, "module", self.model)
+        self.train_forward: Any = training_forward(self.model, cfg.compile)  # --compile's, or the model
         self.average = WeightAverage(self.core, cfg.ema_decay) if cfg.ema_decay else None
         if self.average is not None and averaged_state is not None:
             self.average.load_state_dict(averaged_state)
@@ -166,6 +172,11 @@ class WorkerRun:
         self.trace = os.path.join(trace, cfg.name, f"rank-{self.rank}.tsv") if trace else None
         if self.trace:
             os.makedirs(os.path.dirname(self.trace), exist_ok=True)
+        # QA_PROFILE=DIR: rank 0 runs the last PROFILE_STEPS steps under torch.profiler and writes the host's and
+        # the device's time by operator to DIR/NAME-rank-0.txt (what a GPU that is not busy waits for)
+        profile = os.environ.get("QA_PROFILE")
+        self.profile_to = os.path.join(profile, f"{cfg.name}-rank-0.txt") if profile and self.rank == 0 else None
+        self.profiler: Any = None
         self.window: int = 0  # steps since the last progress line
         self.window_loss: float | torch.Tensor = 0.0  # their summed loss (on the device until a line reads it)
         self.evaluated_at: int | None = None
@@ -323,7 +334,7 @@ class WorkerRun:
         sync = contextlib.nullcontext() if last_micro or not hasattr(self.model, "no_sync") else self.model.no_sync()
         with sync:
             with torch.autocast(device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
-                logits = self.model(**to_device(inputs, device))
+                logits = self.train_forward(**to_device(inputs, device))
                 loss = self.core.loss(logits, to_device(labels, device))
             objective = loss + l2_penalty(self.core, cfg.l2)  # the recipe's coupled L2, in fp32 outside autocast
             self.scaler.scale(objective / cfg.grad_accumulation).backward()
@@ -353,8 +364,30 @@ class WorkerRun:
             self.warm = (self.step, time.time())
         self.window += 1
         self.window_loss = self.window_loss + loss
+        if self.profile_to:
+            self.profile_step()
         if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
             self.log_progress()
+
+    def profile_step(self) -> None:
+        """QA_PROFILE's profiler started PROFILE_STEPS steps before the last (after the first step at the
+        earliest), stopped and written at the last."""
+        first = max(1, self.total_steps - PROFILE_STEPS)
+        if self.profiler is None and self.step == first and first < self.total_steps:
+            from torch.profiler import ProfilerActivity, profile
+
+            cuda = self.device.type == "cuda"
+            self.profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+            self.profiler.__enter__()
+        elif self.profiler is not None and self.profile_to and self.step == self.total_steps:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.profiler.__exit__(None, None, None)
+            steps = self.step - first
+            header = f"{steps} steps of the training loop from step {first} ({self.cfg.model}, rank 0)"
+            write_profile_tables(self.profiler, self.profile_to, header, self.device.type == "cuda")
+            log(f"[train] profile of steps {first + 1}-{self.step} written to {self.profile_to}")
+            self.profiler, self.profile_to = None, None
 
     def after_step_action(self) -> int:
         """Rank 0's decision after a step: STOP + the signal's index once the driver received SIGINT or SIGTERM
@@ -374,6 +407,7 @@ class WorkerRun:
         """The loss since the last line on the curve; rank 0 also logs it with the rate and ETA."""
         loss = float(self.window_loss) / self.window  # the one read of the losses (a wait for the GPU) a line
         self.curve.append([self.step, loss])
+        self.progress_times.append([self.step, time.time()])
         if self.scalars is not None:  # rank 0
             rate = (self.step - self.first_step) / max(1e-9, time.time() - self.started)
             eta = (self.total_steps - self.step) / max(rate, 1e-9)
@@ -406,6 +440,7 @@ class WorkerRun:
                 "examples_per_s": examples_per_s,
                 # the wall-clock span examples_per_s is over (a benchmark reads the GPU's busy share within it)
                 "timed_window": [self.warm[1], ended] if self.warm else None,
+                "progress_times": plain(self.progress_times),
                 "stopped_early": self.stopped_early,
             },
             self.held_out(metrics),

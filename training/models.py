@@ -75,3 +75,12 @@ def build_model(
 
     config = model_config(cfg, vocab_size, None if vectors is None else vectors.shape[1], from_data, pretrained)
     return MODELS[cfg.model](config, embeddings=None if vectors is None else torch.from_numpy(vectors).float())
+
+
+def training_forward(model: torch.nn.Module, mode: str):
+    """The module the training step calls: `model` itself (mode "none"), or `model` under torch.compile in `mode`
+    (config.COMPILE_MODES) with dynamic shapes, one graph for every batch length (reduce-overhead records a CUDA
+    graph per length). A wrapper of its own: checkpoints and evaluation keep reading `model`, eager."""
+    if mode == "none":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode, dynamic=True)

@@ -100,3 +100,15 @@ def figures_line(metrics: dict) -> str:
     """Evaluation figures for a person: `MAP 0.721 MRR 0.765 P@1 0.589 (56 questions)`."""
     count = f" ({metrics['questions']:,} questions)" if "questions" in metrics else ""
     return " ".join(figure_cells(metrics)) + count
+
+
+def write_profile_tables(profiler, path: str, header: str, cuda: bool) -> None:
+    """A finished torch.profiler's operators by host time and, on a GPU, by device time, as text at `path`."""
+    import os
+
+    table = profiler.key_averages()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(header + "\n\n" + table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n\n")
+        if cuda:
+            f.write(table.table(sort_by="self_cuda_time_total", row_limit=25) + "\n")

