@@ -521,9 +521,8 @@ def ratio(runs: dict, top: str, bottom: str) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def summary(runs: dict, prefix: str = "") -> dict:
-    """The headline figures of the cross-encoder (prefix "") or of GSAMN, from the arms that ran."""
-    model = "gsamn" if prefix else "bert"
+def summary(runs: dict, model: str = "bert") -> dict:
+    """The headline figures of the cross-encoder (`bert`) or of GSAMN (`gsamn`), from the arms that ran."""
     ours_arm = runs.get(f"ours-{model}", {})
     figures = {
         "ours_vs_plain": ratio(runs, f"ours-{model}", f"plain-{model}"),

@@ -14,6 +14,7 @@ from bench.training_gpu import (
     parse_args,
     repeated_split,
     steady_rate,
+    summary,
     trace_check,
     warm_steps,
 )
@@ -105,3 +106,19 @@ def test_unknown_arms_are_refused_by_name(tmp_path, capsys):
         parse_args(["--data", str(tmp_path), "--arms", "hf-trainer,ours-bart"])
     assert "--arms: unknown ours-bart" in capsys.readouterr().err
     assert parse_args(["--data", str(tmp_path), "--arms", "plain-bert-seeded-prefetched"]).compile == "reduce-overhead"
+
+
+def test_the_headline_ratios_come_from_the_arms_that_ran():
+    runs = {
+        "hf-trainer": {"examples_per_s": 500.0},
+        "ours-bert": {"examples_per_s": 1000.0, "gpu_busy": 0.5, "mfu": 0.01},
+        "plain-bert": {"error": "RuntimeError: out of memory"},
+        "ours-bert-eager": {"examples_per_s": 800.0},
+        "ours-gsamn": {"examples_per_s": 300.0, "gpu_busy": 0.2},
+        "plain-gsamn": {"examples_per_s": 600.0},
+    }
+    bert = summary(runs)
+    assert bert["ours_vs_hf_trainer"] == 2.0 and bert["compiled_vs_eager"] == 1.25 and bert["gpu_busy"] == 0.5
+    assert "ours_vs_plain" not in bert and "ours_vs_hf_trainer_compiled" not in bert  # a failed or absent arm
+    assert summary(runs, "gsamn") == {"ours_vs_plain": 0.5, "gpu_busy": 0.2, "examples_per_s": 300.0}
+    assert summary({"plain-bert": {"examples_per_s": 1.0}}) == {"ours_vs_hf_trainer": None}
