@@ -515,6 +515,11 @@ def run_arm(arm: str, base, args, name: str, encoder: str, data: str, sampler: B
         return {"error": f"{type(error).__name__}: {str(error)[:400]}"}
 
 
+def arm_model(arm: str) -> str:
+    """The model an arm trains: GSAMN for the -gsamn arms, else the cross-encoder (Trainer's too)."""
+    return "gsamn" if "gsamn" in arm else "bert"
+
+
 def ratio(runs: dict, top: str, bottom: str) -> float | None:
     """runs[top] examples per second over runs[bottom]'s, where both arms ran."""
     a, b = runs.get(top, {}).get("examples_per_s"), runs.get(bottom, {}).get("examples_per_s")
@@ -572,9 +577,9 @@ def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str
             log_every=max(1, n // 12),  # the progress lines' times are what ours' steady state is read between
             patience=0,
         )
-        flops = {
+        flops = {  # the models the arms train (each count tokenises the train pairs), before the first arm
             model: flops_per_example(encoder, build_model(replace(base, model=model), 0), data, args.max_len)
-            for model in ("bert", "gsamn")
+            for model in {arm_model(arm) for arm in arms}
         }
         runs: dict = {}
         head = {
@@ -586,7 +591,7 @@ def throughput(args, encoders: dict[str, str], sampler: BusySampler, folder: str
             _log(f"{name} {arm}: {n} steps")
             runs[arm] = figures = run_arm(arm, base, args, name, encoder, data, sampler, folder)
             if figures.get("examples_per_s"):
-                per_example = flops["gsamn" if "gsamn" in arm else "bert"]
+                per_example = flops[arm_model(arm)]
                 figures["tflops_per_s"] = round(figures["examples_per_s"] * per_example / 1e12, 1)
                 figures["mfu"] = round(figures["examples_per_s"] * per_example / peak, 4) if peak else None
             _log(f"{name} {arm}: {json.dumps(figures)}")

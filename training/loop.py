@@ -378,11 +378,11 @@ class WorkerRun:
 
             cuda = self.device.type == "cuda"
             self.profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
-            self.profiler.__enter__()
+            self.profiler.start()
         elif self.profiler is not None and self.profile_to and self.step == self.total_steps:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            self.profiler.__exit__(None, None, None)
+            self.profiler.stop()
             steps = self.step - first
             header = f"{steps} steps of the training loop from step {first} ({self.cfg.model}, rank 0)"
             write_profile_tables(self.profiler, self.profile_to, header, self.device.type == "cuda")
