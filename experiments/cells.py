@@ -5,9 +5,10 @@ the verdict on a claim, and a profile's wall time."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
-from experiments.plan import Row
+from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
 from experiments.runner import Ledger
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
@@ -85,14 +86,19 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
 
 
 DIRTY_MARK = " (uncommitted code)"
+EARLIER_PLAN_MARK = " (earlier plan)"
 
 
-def row_start(row: Row, ledger: Ledger, figures: dict) -> str:
+def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
     """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
-    ends in -dirty), the profile its figures come from, and how many seeds they average."""
+    ends in -dirty; and where a shown run is in `earlier`, recorded under a plan since changed), the profile its
+    figures come from, and how many seeds they average."""
     seeds = max((figure[2] for figure in figures.values()), default=0)
-    dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in row_records(row, ledger))
-    return f"| {row.label}{DIRTY_MARK if dirty else ''} | {row_profile(row, ledger) or '-'} | {seeds}"
+    shown_runs = row_records(row, ledger)
+    dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
+    stale = any(run_name(row, r["seed"], r.get("profile", "hour")) in earlier for r in shown_runs)
+    marks = (DIRTY_MARK if dirty else "") + (EARLIER_PLAN_MARK if stale else "")
+    return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
 
 def delta(ours, paper, digits: int) -> str:

@@ -3,6 +3,8 @@ table, the recipes, the evidence rows and every run with its command)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -19,7 +21,7 @@ from experiments.cells import (
     wall_sentence,
 )
 from experiments.figures import row_figures, row_profile, row_records
-from experiments.plan import Row, run_name, say
+from experiments.plan import Row, Run, run_name, say, shown
 from experiments.plots import EFFICIENCY_PLOTS, plot_answer_selection, plot_efficiency, plot_long_run, plot_reading
 from experiments.rows import (
     ABLATION_F1,
@@ -28,13 +30,15 @@ from experiments.rows import (
     DYNSAN_BATCH,
     DYNSAN_LONG_EPOCHS,
     DYNSAN_STEPS,
+    FULL_ENCODER_EPOCHS,
+    FULL_ENCODER_PATIENCE,
     FULL_EPOCHS,
     FULL_PATIENCE,
     MISSING,
     ROWS,
     scale_needs,
 )
-from experiments.runner import Ledger, git_commit, selected_rows
+from experiments.runner import Ledger, commands, git_commit, plan_of, selected_rows
 
 
 def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
@@ -111,6 +115,26 @@ def run_records(ledger: Ledger) -> dict:
     }
 
 
+def earlier_plan_runs(runs: dict, out: str) -> set[str]:
+    """The recorded runs whose plan (commands, recipe, revision) is not their row's plan now: figures from a
+    budget or recipe since changed, which the page marks until the profile runs them again."""
+    rows = {r.id: r for r in ROWS}
+    earlier = set()
+    for name, record in runs.items():
+        row, profile = rows.get(record["row"]), record.get("profile", "hour")
+        if row is None or "plan" not in record or (profile == "full" and row.full is None):
+            continue
+        run = Run(row, record["seed"], profile)
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage text, not the report's
+                now = plan_of(run, out)
+        except SystemExit:  # its recipe needs what this machine lacks (MPNet's packages): its commands tell
+            now = {"commands": [shown(a) for a in commands(row, run.seed, out, profile)]}
+        if any(record.get("plan", {}).get(k) != v for k, v in now.items()):
+            earlier.add(name)
+    return earlier
+
+
 # each evidence row against the row it changes one thing of
 EVIDENCE_BASE = {
     "wikiqa/iarnn-word-no-regularisation": "wikiqa/iarnn-word",
@@ -141,9 +165,10 @@ def evidence_lines(rows: list[Row], ledger: Ledger) -> list[str]:
 
 PROFILE_TEXT = {
     "full": (
-        f"full: the paper's recipe until dev MAP stops improving (at most {FULL_EPOCHS} epochs of all the "
-        f"training pairs, stopped after {FULL_PATIENCE} epochs without a new best; the best dev checkpoint is "
-        "scored)"
+        f"full: the paper's recipe until dev MAP stops improving (word-vector models: at most {FULL_EPOCHS} "
+        f"epochs of all the training pairs, stopped after {FULL_PATIENCE} epochs without a new best, CTRN's "
+        f"TrecQA recipe; pretrained encoders: at most {FULL_ENCODER_EPOCHS}, stopped after "
+        f"{FULL_ENCODER_PATIENCE}; the best dev checkpoint is scored)"
     ),
     "hour": "hour: the plan that regenerates in under an hour on 2 cores (minutes per run)",
 }
@@ -256,7 +281,9 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "paper leaves open, and what this machine cannot follow, is listed under [Recipes](#recipes)). A row "
         "marked (uncommitted code) shows a run whose record's commit ends in -dirty: no commit holds the code it "
         "ran, so its figures wait to be re-run from one (`experiments/results.py` refuses such a tree unless "
-        "--allow-dirty).",
+        "--allow-dirty). A row marked (earlier plan) shows a run recorded under a plan since changed (its "
+        "commands or recipe, such as the full profile's earlier cap of 5 epochs with a patience of 2): the "
+        "ledger keeps the command that ran, and the next run of the profile replaces it.",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",
@@ -304,7 +331,7 @@ ANSWER_SELECTION_SECTIONS = (
 )
 
 
-def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict) -> list[str]:
+def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict, earlier: set[str]) -> list[str]:
     _, recorded = profile_counts(runs)
     main_profile = "full" if recorded["full"] else "hour"  # what a row with no runs yet is described under
     lines: list[str] = []
@@ -325,7 +352,7 @@ def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict) -> li
             f = row_figures(r, ledger)
             paper = f"{r.paper['map']:.3f} / {r.paper['mrr']:.3f}" if r.paper else "not reported"
             lines.append(
-                f"{row_start(r, ledger, f)} | {cell(f.get('map'))} | {interval_cell(r, ledger, 'map')} "
+                f"{row_start(r, ledger, f, earlier)} | {cell(f.get('map'))} | {interval_cell(r, ledger, 'map')} "
                 f"| {cell(f.get('mrr'))} | {cell(f.get('p@1'))} | {run_time(r, ledger)} "
                 f"| {hour_cell(r, ledger, 'map')} | {paper} | {delta(f.get('map'), r.paper.get('map'), 3)} "
                 f"| {r.source or '-'} "
@@ -346,7 +373,7 @@ def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict) -> li
     return lines
 
 
-def reading_section(rows: list[Row], ledger: Ledger) -> list[str]:
+def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
     squad = [r for r in rows if r.section == "squad"]
     if not squad:
         return []
@@ -394,7 +421,7 @@ def reading_section(rows: list[Row], ledger: Ledger) -> list[str]:
         full_paper = squad[0].claim_paper or squad[0].paper
         theirs_delta = f"{r.paper['f1'] - full_paper['f1']:+.1f}" if r is not squad[0] else "-"
         lines.append(
-            f"{row_start(r, ledger, f)} | {cell(f.get('em'), '{:.1f}')} "
+            f"{row_start(r, ledger, f, earlier)} | {cell(f.get('em'), '{:.1f}')} "
             f"| {cell(f.get('f1'), '{:.1f}')} | {interval_cell(r, ledger, 'f1', '{:.1f}')} | {run_time(r, ledger)} "
             f"| {hour_cell(r, ledger, 'f1', '{:.1f}')} | {r.paper['em']:.1f} / "
             f"{r.paper['f1']:.1f} | {ours_delta} | {theirs_delta} | {r.source} |"
@@ -510,7 +537,12 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
     cases = efficiency_cases(ledger, out)
     draw_figures(rows, ledger, cases, figures_dir)
     runs = run_records(ledger)
-    lines = header_section(runs, ledger) + answer_selection_sections(rows, ledger, runs) + reading_section(rows, ledger)
+    earlier = earlier_plan_runs(runs, out)
+    lines = (
+        header_section(runs, ledger)
+        + answer_selection_sections(rows, ledger, runs, earlier)
+        + reading_section(rows, ledger, earlier)
+    )
     for row in (r for r in rows if r.section == "squad-long"):
         lines += long_run_section(row, ledger, figures_dir)
     lines += (

@@ -13,10 +13,11 @@ The commands run as they are written, as subprocesses, joined to one local Ray i
 (RAY_ADDRESS), `--lanes` runs at a time with one CPU per training worker, so a run does not pay for Ray's
 start-up.
 
-Two profiles: `full` trains every answer-selection row with its paper's recipe until dev MAP stops improving (at
-most 5 epochs of all the training pairs), three seeds for the WikiQA headline rows; `hour` is the plan sized to
-regenerate in under an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps that
-still learn. Each run's record (commands, the recipe they resolve to, seed, resolved configuration, dev and test
+Two profiles: `full` trains every answer-selection row with its paper's recipe until dev MAP stops improving (a
+word-vector model at most 25 epochs of all the training pairs with a patience of 5, CTRN's TrecQA recipe; a
+pretrained encoder at most 10 with a patience of 2), three seeds for the WikiQA headline rows; `hour` is the plan
+sized to regenerate in under an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps
+that still learn. Each run's record (commands, the recipe they resolve to, seed, resolved configuration, dev and test
 figures, the sha256 of the checkpoint it scored, seconds, commit) goes into the ledger as it finishes. The ledger
 is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
 machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
@@ -37,7 +38,7 @@ if __package__ in (None, ""):  # run as `python experiments/results.py` from a c
 
 from experiments.plan import REPO, SEEDS, SHARED_DATA, Run, data_steps, shown
 from experiments.report import report_rows, write_report
-from experiments.rows import FULL_EPOCHS
+from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
     EFFICIENCY,
     Ledger,
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
         default="full",
         choices=["full", "hour"],
         help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
-        f"improving (at most {FULL_EPOCHS} epochs); hour: the plan that regenerates in under an hour",
+        f"improving (at most {FULL_EPOCHS} epochs, {FULL_ENCODER_EPOCHS} for a pretrained encoder); hour: the plan "
+        "that regenerates in under an hour",
     )
     p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, checkpoints and logs")
     p.add_argument(
