@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 STATE_FILE = "state.pt"
 CONFIG_FILE = "config.json"
 CHECKSUMS_FILE = "checksums.json"
+# a word-vector model's vocabulary (its training data's), kept in each checkpoint: what turns text into its input
+VOCAB_FILE = "vocab.json"
 
 
 class CheckpointError(ValueError):

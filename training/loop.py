@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import tempfile
 import time
 from dataclasses import asdict
@@ -34,6 +35,7 @@ from training.checkpoints import (
     NO_SCORE,
     SCORE,
     STATE_FILE,
+    VOCAB_FILE,
     load_pretrained,
     load_state_file,
     predictions_name,
@@ -558,6 +560,10 @@ class WorkerRun:
                 figures, records = test
                 write_jsonl(records, os.path.join(directory, predictions_name(cfg.test_split)))
                 metrics["test"] = dict(figures, split=cfg.test_split, step=self.step)
+            vocabulary = self.config.get("vocab_path")
+            if not cfg.encoder_path and vocabulary and os.path.exists(vocabulary):
+                # the words' ids travel with the weights: Ranker turns new text into the model's input from them
+                shutil.copyfile(vocabulary, os.path.join(directory, VOCAB_FILE))
             write_checkpoint(
                 directory,
                 state,
@@ -566,6 +572,7 @@ class WorkerRun:
                     "model_config": asdict(core.config),
                     "vocab_size": self.vocab_size,
                     "vocab_sha256": self.config["vocab_sha256"],
+                    "text": self.config.get("text") or {},
                     "step": self.step,
                     "dev": plain(metrics.get("dev") or {}),
                 },

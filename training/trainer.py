@@ -251,6 +251,8 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "pretrained_config": pretrained,
             "vocab_sha256": manifest.get("vocab_sha256"),
             "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
+            # how the data's text became tokens: what a checkpoint's user needs to feed it new text
+            "text": {"tokenizer": manifest.get("tokenizer"), "lowercase": manifest.get("lowercase", True)},
             "max_context": manifest.get("max_context_tokens"),
             "read_cpus": read_cpus,
             "log_level": train_log_level(),

@@ -331,7 +331,18 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
 
 
 def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, tiny, capsys):
-    packages = ("crawl", "pipelines", "qa_models", "jobs", "training", "runtime", "experiments", "bench", "infra")
+    packages = (
+        "crawl",
+        "pipelines",
+        "qa_models",
+        "jobs",
+        "training",
+        "runtime",
+        "experiments",
+        "inference",
+        "bench",
+        "infra",
+    )
     modules = sorted(
         os.path.relpath(os.path.join(folder, name[:-3]), REPO).replace(os.sep, ".").removesuffix(".__init__")
         for package in packages

@@ -102,6 +102,11 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
 
     result, records = evaluate_checkpoint(EvaluateConfig(checkpoint=best["checkpoint"], data=data, split="dev"))
     assert result["metrics"][metrics[0]] == pytest.approx(best["value"], abs=1e-9)
+    from inference import Ranker
+    from runtime.checks import UsageError
+
+    with pytest.raises(UsageError, match="a reading-comprehension model; Ranker ranks answers"):
+        Ranker.from_checkpoint(best["checkpoint"], device="cpu")
     assert len(records) == manifest["splits"]["dev"]["rows"]
     if dataset == "squad":
         for record in records:

@@ -1,0 +1,105 @@
+"""inference.Ranker on real WikiQA: a checkpoint written by jobs/train.py's loop ranks a test question's answers
+from their text with the scores jobs/evaluate.py gives the same pairs; what it cannot rank is refused in a line."""
+
+import json
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from runtime.checks import MissingInput, UsageError
+
+pytestmark = pytest.mark.slow  # WikiQA tokenised and a model trained under Ray Train: a minute and a half
+
+
+@pytest.fixture(scope="module")
+def wikiqa(shared_data, ray_local, tmp_path_factory) -> str:
+    from pipelines.tokenize import TokenizeConfig, write
+
+    source = os.path.join(shared_data, "wikiqa")
+    if not os.path.exists(os.path.join(source, "WikiQA-train.tsv.gz")):
+        pytest.skip(f"{source}: WikiQA not found")
+    out = str(tmp_path_factory.mktemp("wikiqa") / "tokenised")
+    write(TokenizeConfig(dataset="wikiqa", input=source, output=out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(wikiqa, ray_local, tmp_path_factory) -> dict:
+    from training.config import TrainConfig
+    from training.trainer import run
+
+    storage = tmp_path_factory.mktemp("runs")
+    cfg = TrainConfig(
+        model="gsamn", data=wikiqa, storage_path=str(storage), name="gsamn", max_steps=6, dim=16, batch_size=16, seed=0
+    )
+    return dict(run(cfg), run=str(storage / "gsamn"))
+
+
+def _test_question(wikiqa: str, records: list[dict]) -> tuple[dict, str, dict]:
+    """A test question with a positive and at least three candidates: its evaluation record, its text and the
+    text of each of its answers by aid."""
+    from pipelines.shards import shard_paths
+
+    table = pq.read_table(shard_paths(wikiqa, "test")[0], columns=["qid", "aid", "question", "answer"]).to_pylist()
+    record = next(r for r in records if len(r["ranking"]) >= 3 and r["positives"])
+    rows = [row for row in table if row["qid"] == record["qid"]]
+    return record, rows[0]["question"], {row["aid"]: row["answer"] for row in rows}
+
+
+def test_ranker_ranks_a_wikiqa_question_as_evaluate_scores_it(wikiqa, trained):
+    from inference import Ranker
+    from training.evaluation import EvaluateConfig, evaluate_checkpoint
+
+    checkpoint = trained["best"]["checkpoint"]
+    assert os.path.exists(os.path.join(checkpoint, "vocab.json"))  # the vocabulary travels with the weights
+    _, records = evaluate_checkpoint(EvaluateConfig(checkpoint=checkpoint, data=wikiqa, split="test"))
+    record, question, answers = _test_question(wikiqa, records)
+    aids = list(answers)
+
+    ranker = Ranker.from_checkpoint(trained["run"], device="cpu")  # the run folder: its best checkpoint
+    assert ranker.checkpoint == checkpoint
+    ranking = ranker.rank(question, [answers[aid] for aid in aids])
+    expected = {entry["aid"]: entry["score"] for entry in record["ranking"]}
+    assert sorted(i for i, _ in ranking) == list(range(len(aids)))
+    assert [score for _, score in ranking] == sorted((score for _, score in ranking), reverse=True)
+    for index, score in ranking:
+        assert score == pytest.approx(expected[aids[index]], abs=1e-5), aids[index]
+    # score() keeps the order given, one score per pair, whatever the batch
+    pairs = [(question, answers[aid]) for aid in aids]
+    one_by_one = [ranker.score([pair], batch_size=1)[0] for pair in pairs]
+    assert ranker.score(pairs, batch_size=2) == pytest.approx(one_by_one, abs=1e-5)
+    assert ranker.score([]) == [] and ranker.rank(question, []) == []
+
+
+def test_a_checkpoint_from_before_the_vocabulary_travelled_reads_its_data_folders(wikiqa, trained, tmp_path):
+    from inference import Ranker
+    from training.checkpoints import write_checksums
+
+    old = tmp_path / "old"
+    shutil.copytree(trained["checkpoint"], old)
+    os.remove(old / "vocab.json")
+    write_checksums(str(old))
+    question, answer = "what is a glacier cave?", "a glacier cave is a cave formed within the ice of a glacier"
+    assert Ranker.from_checkpoint(str(old), device="cpu").score([(question, answer)]) == pytest.approx(
+        Ranker.from_checkpoint(trained["checkpoint"], device="cpu").score([(question, answer)]), abs=1e-6
+    )
+    saved = json.loads((old / "config.json").read_text())
+    saved["vocab_sha256"] = "0" * 64  # its data folder now holds another vocabulary
+    (old / "config.json").write_text(json.dumps(saved))
+    write_checksums(str(old))
+    with pytest.raises(MissingInput, match="another vocabulary"):
+        Ranker.from_checkpoint(str(old), device="cpu")
+
+
+def test_what_the_ranker_cannot_read_is_refused_in_a_line(trained, tmp_path):
+    from inference import Ranker
+
+    with pytest.raises(MissingInput, match="no such checkpoint"):
+        Ranker.from_checkpoint(str(tmp_path / "missing"))
+    with pytest.raises(MissingInput, match="neither a checkpoint"):
+        Ranker.from_checkpoint(str(tmp_path))
+    ranker = Ranker.from_checkpoint(trained["checkpoint"], device="cpu")
+    with pytest.raises(UsageError, match=r"pairs\[1\]"):
+        ranker.score([("q", "a"), ("only a question",)])
