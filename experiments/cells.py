@@ -89,6 +89,12 @@ DIRTY_MARK = " (uncommitted code)"
 EARLIER_PLAN_MARK = " (earlier plan)"
 
 
+def from_earlier_plan(row: Row, ledger: Ledger, earlier: Collection[str], profile: str | None = None) -> bool:
+    """Whether any of the row's shown runs (in `profile`, default the shown one) is in `earlier`: recorded under
+    a plan (commands, recipe) since changed."""
+    return any(run_name(row, r["seed"], r.get("profile", "hour")) in earlier for r in row_records(row, ledger, profile))
+
+
 def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
     """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
     ends in -dirty; and where a shown run is in `earlier`, recorded under a plan since changed), the profile its
@@ -96,7 +102,7 @@ def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] 
     seeds = max((figure[2] for figure in figures.values()), default=0)
     shown_runs = row_records(row, ledger)
     dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
-    stale = any(run_name(row, r["seed"], r.get("profile", "hour")) in earlier for r in shown_runs)
+    stale = from_earlier_plan(row, ledger, earlier)
     marks = (DIRTY_MARK if dirty else "") + (EARLIER_PLAN_MARK if stale else "")
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 

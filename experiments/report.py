@@ -14,6 +14,7 @@ from experiments.cells import (
     cell,
     claim_cells,
     delta,
+    from_earlier_plan,
     hour_cell,
     interval_cell,
     row_start,
@@ -143,8 +144,9 @@ EVIDENCE_BASE = {
 }
 
 
-def evidence_lines(rows: list[Row], ledger: Ledger) -> list[str]:
-    """One line per evidence row: its test MAP against the row it changes, both from the full profile's seed 0."""
+def evidence_lines(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
+    """One line per evidence row: its test MAP against the row it changes, both from the full profile's seed 0
+    (the two recorded under different plans are said to be so, not set against each other)."""
     by_id = {r.id: r for r in ROWS}
     lines = []
     for r in rows:
@@ -155,6 +157,13 @@ def evidence_lines(rows: list[Row], ledger: Ledger) -> list[str]:
             lines.append(f"- {r.label}: not run yet (`python experiments/results.py --profile full --only '{r.id}'`).")
             continue
         gap = (r.paper or base.paper).get("map")
+        if (run_name(r, 0, "full") in earlier) != (run_name(base, 0, "full") in earlier):
+            lines.append(
+                f"- {r.label}: test MAP {ours:.3f}, {base.label} {theirs:.3f}, not compared: one of the two was "
+                "recorded under an earlier plan (`python experiments/results.py --profile full "
+                f"--only '{r.id}'` re-runs it)."
+            )
+            continue
         lines.append(
             f"- {r.label}: test MAP {ours:.3f} against {theirs:.3f} for {base.label} ({ours - theirs:+.3f})"
             + (f"; the paper's {base.label}: {gap:.3f}" if gap else "")
@@ -360,7 +369,7 @@ def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict, earli
             )
         lines.append("")
         if section == "wikiqa-why":
-            lines += evidence_lines(chosen, ledger)
+            lines += evidence_lines(chosen, ledger, earlier)
         if section == "wikiqa":
             by_id = {r.id: r for r in ROWS}
             budget = budget_sentence(
@@ -429,7 +438,7 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     return lines + ["", "![DynSAN ablations: change in F1 from the full model](results/dynsan_ablations.png)", ""]
 
 
-def claims_section(rows: list[Row], ledger: Ledger) -> list[str]:
+def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
     by_id = {r.id: r for r in rows}
     compared = [c for c in COMPARISONS if c[1] in by_id and c[2] in by_id]
     if not compared:
@@ -456,8 +465,12 @@ def claims_section(rows: list[Row], ledger: Ledger) -> list[str]:
         paper_diff = pa - pb if pa is not None and pb is not None else None
         paper = f"{paper_diff:+.{digits}f}" if paper_diff is not None else "not reported"
         profiles = (row_profile(by_id[with_it], ledger), row_profile(by_id[without], ledger))
+        # the same budget: the same profile, and both rows' runs under its present plan (or both under an earlier one)
+        same_plan = from_earlier_plan(by_id[with_it], ledger, earlier) == from_earlier_plan(
+            by_id[without], ledger, earlier
+        )
         ours, judged = claim_cells(
-            by_id[with_it], by_id[without], ledger, metric, paper_diff, profiles[0] == profiles[1]
+            by_id[with_it], by_id[without], ledger, metric, paper_diff, profiles[0] == profiles[1] and same_plan
         )
         shown_profiles = " / ".join(sorted({p or "-" for p in profiles})) if ours != "-" else "-"
         lines.append(f"| {what} | {metric} | {shown_profiles} | {ours} | {paper} | {judged} |")
@@ -546,7 +559,7 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
     for row in (r for r in rows if r.section == "squad-long"):
         lines += long_run_section(row, ledger, figures_dir)
     lines += (
-        claims_section(rows, ledger)
+        claims_section(rows, ledger, earlier)
         + recipes_section(rows)
         + missing_section(rows, ledger)
         + efficiency_section(cases, ledger)

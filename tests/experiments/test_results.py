@@ -105,6 +105,25 @@ def test_a_row_recorded_under_an_earlier_plan_is_marked(tmp_path):
     assert line.startswith("| CTRN (earlier plan) | full | 2 |")
 
 
+def test_rows_under_different_plans_are_not_set_against_each_other(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    by_id = {r.id: r for r in table.ROWS}
+    base, variant = by_id["wikiqa/iarnn-word"], by_id["wikiqa/iarnn-word-no-regularisation"]
+    ledger = runner.Ledger(str(out / "runs.json"))
+    for row, value in ((base, 0.68), (variant, 0.61)):
+        plan = runner.plan_of(runner.Run(row, 0, "full"), str(out))
+        ledger.add(
+            plan_name := runner.run_name(row, 0, "full"),
+            dict(_record(row.id, 0, {"map": value, "mrr": value, "p@1": 0.5}, "full"), plan=plan),
+        )
+    assert writer.earlier_plan_runs(writer.run_records(ledger), str(out)) == set()
+    (line,) = [line for line in writer.evidence_lines([variant], ledger, set()) if line]
+    assert "test MAP 0.610 against 0.680" in line
+    (line,) = [line for line in writer.evidence_lines([variant], ledger, {plan_name}) if line]
+    assert "not compared" in line and "against" not in line
+
+
 def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     out, report = tmp_path / "out", tmp_path / "docs" / "results.md"
     out.mkdir()
