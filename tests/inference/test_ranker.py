@@ -103,3 +103,79 @@ def test_what_the_ranker_cannot_read_is_refused_in_a_line(trained, tmp_path):
     ranker = Ranker.from_checkpoint(trained["checkpoint"], device="cpu")
     with pytest.raises(UsageError, match=r"pairs\[1\]"):
         ranker.score([("q", "a"), ("only a question",)])
+
+
+def _halves(wikiqa: str, folder) -> list[str]:
+    """The tokenised test split as two Parquet files (the job's input: a folder of them)."""
+    from pipelines.shards import shard_paths
+
+    table = pq.read_table(shard_paths(wikiqa, "test")[0])
+    folder.mkdir()
+    half = table.num_rows // 2
+    paths = [str(folder / "a.parquet"), str(folder / "b.parquet")]
+    pq.write_table(table.slice(0, half), paths[0])
+    pq.write_table(table.slice(half), paths[1])
+    return paths
+
+
+def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, trained, tmp_path, ray_local):
+    import pyarrow as pa
+
+    from inference.scoring import JOB, ScoreConfig, part_name, plan_of, prepared_staging, score
+    from pipelines.atomic import output_job
+    from training.evaluation import EvaluateConfig, evaluate_checkpoint
+
+    inputs = _halves(wikiqa, tmp_path / "in")
+    checkpoint = trained["best"]["checkpoint"]
+    cfg = ScoreConfig(checkpoint=trained["run"], input=str(tmp_path / "in"), output=str(tmp_path / "out"), actors=1)
+    summary = score(cfg, log=lambda line: None)
+    out = tmp_path / "out"
+    assert output_job(str(out)) == JOB and summary["rows"] == summary["rows_scored_now"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checkpoint"] == checkpoint and [f["path"] for f in manifest["files"]] == [
+        part_name(0),
+        part_name(1),
+    ]
+    scored = pa.concat_tables(pq.read_table(out / f["path"]) for f in manifest["files"])
+    given = pa.concat_tables(pq.read_table(p) for p in inputs)
+    assert scored.drop_columns(["score"]).equals(given)  # the input rows, in order, plus score
+    _, records = evaluate_checkpoint(EvaluateConfig(checkpoint=checkpoint, data=wikiqa, split="test"))
+    expected = {(r["qid"], e["aid"]): e["score"] for r in records for e in r["ranking"]}
+    rows = scored.select(["qid", "aid", "score"]).to_pylist()
+    compared = [row for row in rows if (row["qid"], row["aid"]) in expected]
+    assert len(compared) > len(rows) // 2  # the questions evaluation keeps (clean: with a positive and a negative)
+    for row in compared:
+        assert row["score"] == pytest.approx(expected[(row["qid"], row["aid"])], abs=1e-5), row
+
+    # a run that stopped after the first file: the same command scores only the second
+    again = ScoreConfig(checkpoint=trained["run"], input=str(tmp_path / "in"), output=str(tmp_path / "again"))
+    staging, done = prepared_staging(again, plan_of(again, checkpoint, inputs))
+    assert done == set()
+    shutil.copyfile(out / part_name(0), os.path.join(staging, part_name(0)))
+    first = os.stat(os.path.join(staging, part_name(0))).st_ino
+    said: list[str] = []
+    resumed = score(again, log=said.append)
+    assert said[0].startswith("[score] 1 of 2 files scored by an earlier run")
+    assert resumed["rows"] == summary["rows"] and resumed["rows_scored_now"] == given.num_rows - len(
+        pq.read_table(inputs[0])
+    )
+    assert os.stat(tmp_path / "again" / part_name(0)).st_ino == first  # kept, not scored again
+    assert pq.read_table(tmp_path / "again" / part_name(1)).equals(pq.read_table(out / part_name(1)))
+    assert not os.path.exists(staging)
+
+
+def test_the_score_job_refuses_in_a_line_before_any_work(wikiqa, trained, tmp_path):
+    from inference.scoring import ScoreConfig
+    from pipelines.atomic import OutputError
+
+    inputs = _halves(wikiqa, tmp_path / "in")
+    with pytest.raises(OutputError, match="holds the input"):
+        ScoreConfig(checkpoint=trained["run"], input=inputs[0], output=str(tmp_path)).check_inputs()
+    with pytest.raises(UsageError, match=r"a\.parquet: no column text"):
+        ScoreConfig(
+            checkpoint=trained["run"], input=str(tmp_path / "in"), output=str(tmp_path / "o"), answer_column="text"
+        ).check_inputs()
+    with pytest.raises(MissingInput, match="no such checkpoint"):
+        ScoreConfig(checkpoint=str(tmp_path / "none"), input=inputs[0], output=str(tmp_path / "o")).check_inputs()
+    with pytest.raises(UsageError, match="--batch-size"):
+        ScoreConfig(checkpoint=trained["run"], input=inputs[0], output=str(tmp_path / "o"), batch_size=0)

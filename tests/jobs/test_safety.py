@@ -235,6 +235,10 @@ NONSENSE = [
     ("evaluate", ["--batch-size", "0"], "--batch-size must be at least 1"),
     ("evaluate", ["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
     ("zero_shot", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("score", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("score", ["--actors", "0"], "--actors must be at least 1"),
+    ("score", ["--cpus-per-actor", "0"], "--cpus-per-actor must be above 0, got 0.0"),
+    ("score", ["--answer-column", "question"], "--question-column and --answer-column are both 'question'"),
 ]
 
 
@@ -247,6 +251,7 @@ def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, jo
         "word_vectors": ["--data", tiny],
         "evaluate": ["--checkpoint", str(tmp_path), "--data", tiny],
         "zero_shot": ["--data", tiny],
+        "score": ["--checkpoint", str(tmp_path), "--input", tiny, "--output", str(tmp_path / "o")],
     }[job]
     assert _exit_code(job, valid + options) == 2
     err = capsys.readouterr().err
@@ -367,6 +372,7 @@ def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, t
         "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--dim", "16"],
         "evaluate": ["--checkpoint", checkpoint, "--data", tiny],
         "zero_shot": ["--data", tiny],
+        "score": ["--checkpoint", checkpoint, "--input", os.path.join(tiny, "test"), "--output", str(tmp_path / "sc")],
     }
     # every console script of pyproject.toml names a job's main
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:

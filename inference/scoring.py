@@ -1,0 +1,263 @@
+"""Batch scoring: a trained answer-selection checkpoint scores every (question, answer) row of Parquet files on
+Ray Data, a pool of actors each holding the model (`Ranker`), and writes the input rows plus `score`.
+
+One output file per input file (`part-NNNNN.parquet`, in the inputs' sorted order; each row keeps its file's row
+order), each written whole (a temporary name, then a rename) into a staging folder beside --output
+(`OUTPUT.partial-score`) that records what it is scoring (`plan.json`: the checkpoint's sha256, the inputs, their
+sizes and the columns). A run that stops part-way leaves its finished files there, and the same command run again
+scores only the files it lacks, so no row is scored twice into the output; a different checkpoint or input starts
+the staging folder over. The last step writes `manifest.json` (rows, files, the checkpoint) and renames the staging
+folder to --output, replacing an earlier output of this job only then.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from pipelines.atomic import STAGING_MARKER, check_output, real_path, write_marker
+from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
+
+JOB = "score"
+PLAN_FILE, MANIFEST_FILE = "plan.json", "manifest.json"
+
+
+@dataclass
+class ScoreConfig:
+    checkpoint: str
+    input: str
+    output: str
+    question_column: str = "question"
+    answer_column: str = "answer"
+    which: str = "best"
+    batch_size: int = 256  # rows per actor call
+    actors: int | None = None  # None: one per CPU (or per GPU share) the cluster has
+    cpus_per_actor: float = 1.0
+    num_gpus_per_actor: float = 0.0
+
+    def __post_init__(self):
+        one_of("--which", self.which, ("best", "latest"))
+        integer_at_least("--batch-size", self.batch_size, 1)
+        integer_at_least("--actors", self.actors, 1, allow_none=True)
+        if self.cpus_per_actor <= 0:
+            raise UsageError(f"--cpus-per-actor must be above 0, got {self.cpus_per_actor}")
+        if self.num_gpus_per_actor < 0:
+            raise UsageError(f"--num-gpus-per-actor must be 0 or more, got {self.num_gpus_per_actor}")
+        if self.question_column == self.answer_column:
+            raise UsageError(f"--question-column and --answer-column are both {self.question_column!r}")
+
+    def check_inputs(self) -> tuple[str, list[str]]:
+        """What the run would refuse first: the checkpoint (resolved from a run folder; an answer-selection
+        model's), the input files (Parquet, each with both text columns, no `score` column), and an --output that
+        would replace an input or a folder of something else. Returns (checkpoint, input files)."""
+        import pyarrow.parquet as pq
+
+        from qa_models import MODELS
+        from training.checkpoints import checkpoint_summary, resolve_checkpoint
+
+        if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
+            raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
+        checkpoint = resolve_checkpoint(self.checkpoint, self.which)
+        model = checkpoint_summary(checkpoint).get("train", {}).get("model")
+        if model in MODELS and getattr(MODELS[model], "inputs", None) == "passages":
+            raise UsageError(f"--checkpoint {checkpoint}: a {model} checkpoint, a reading-comprehension model")
+        files = input_files(self.input)
+        for path in files:
+            try:
+                names = pq.read_schema(path).names
+            except Exception as error:  # not Parquet, or damaged: name the file
+                raise UsageError(f"--input {path}: not a readable Parquet file ({error})") from None
+            missing = [c for c in (self.question_column, self.answer_column) if c not in names]
+            if missing:
+                raise UsageError(f"--input {path}: no column {', '.join(missing)} (it has {', '.join(names)})")
+            if "score" in names:
+                raise UsageError(f"--input {path}: already has a score column, which the output would replace")
+        check_output(self.output, JOB, inputs=[self.input, checkpoint])
+        return checkpoint, files
+
+
+def input_files(path: str) -> list[str]:
+    """A Parquet file, or every *.parquet under a folder, sorted."""
+    if os.path.isfile(path):
+        return [os.path.abspath(path)]
+    if not os.path.isdir(path):
+        raise MissingInput(f"--input {path}: no such file or folder")
+    files = sorted(glob.glob(os.path.join(os.path.abspath(path), "**", "*.parquet"), recursive=True))
+    if not files:
+        raise MissingInput(f"--input {path}: no .parquet file in it")
+    return files
+
+
+def staging_folder(output: str) -> str:
+    return os.path.abspath(output).rstrip(os.sep) + ".partial-" + JOB
+
+
+def part_name(number: int) -> str:
+    return f"part-{number:05d}.parquet"
+
+
+def plan_of(cfg: ScoreConfig, checkpoint: str, files: list[str]) -> dict:
+    from pipelines.shards import sha256_file
+    from training.checkpoints import STATE_FILE
+
+    return {
+        "checkpoint": checkpoint,
+        "checkpoint_sha256": sha256_file(os.path.join(checkpoint, STATE_FILE)) if "://" not in checkpoint else None,
+        "inputs": [{"path": p, "bytes": os.path.getsize(p), "mtime": os.path.getmtime(p)} for p in files],
+        "columns": [cfg.question_column, cfg.answer_column],
+    }
+
+
+def prepared_staging(cfg: ScoreConfig, plan: dict) -> tuple[str, set[int]]:
+    """The staging folder, and the input files (by number) already scored there under the same plan; a staging
+    folder of another plan (another checkpoint or input) is started over."""
+    staging = staging_folder(cfg.output)
+    try:
+        with open(os.path.join(staging, PLAN_FILE)) as f:
+            same = json.load(f) == json.loads(json.dumps(plan))
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        if os.path.exists(os.path.join(staging, STAGING_MARKER)):
+            shutil.rmtree(staging)
+        elif os.path.exists(staging):
+            raise UsageError(f"{staging}: exists and is not a staging folder of {JOB}; move it away")
+        os.makedirs(staging)
+        open(os.path.join(staging, STAGING_MARKER), "w").close()
+        _write_json(os.path.join(staging, PLAN_FILE), plan)
+    done = {n for n in range(len(plan["inputs"])) if os.path.exists(os.path.join(staging, part_name(n)))}
+    return staging, done
+
+
+class ScoreBatch:
+    """A Ray Data actor: the checkpoint's Ranker, loaded once, scoring a batch of rows."""
+
+    def __init__(self, checkpoint: str, question_column: str, answer_column: str, device: str):
+        from inference.ranker import Ranker
+
+        self.ranker = Ranker.from_checkpoint(checkpoint, device=device)
+        self.columns = (question_column, answer_column)
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        questions = batch.column(self.columns[0]).to_pylist()
+        answers = batch.column(self.columns[1]).to_pylist()
+        scores = self.ranker.score([(q or "", a or "") for q, a in zip(questions, answers)])
+        return batch.append_column("score", pa.array(scores, pa.float32()))
+
+
+def score(cfg: ScoreConfig, log=print) -> dict:
+    """Score every input row not yet scored; the job's summary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from training.rows import read_pieces
+
+    checkpoint, files = cfg.check_inputs()
+    plan = plan_of(cfg, checkpoint, files)
+    staging, done = prepared_staging(cfg, plan)
+    pending = [n for n in range(len(files)) if n not in done]
+    if done:
+        log(f"[score] {len(done)} of {len(files)} files scored by an earlier run: scoring the other {len(pending)}")
+    started, rows = time.time(), 0
+    if pending:
+        resources = ray.cluster_resources()
+        if cfg.num_gpus_per_actor:
+            share = resources.get("GPU", 0) / cfg.num_gpus_per_actor
+        else:
+            share = resources.get("CPU", 1) / cfg.cpus_per_actor
+        actors = cfg.actors or max(1, int(share))
+        device = "cuda" if cfg.num_gpus_per_actor else "cpu"
+        for number in pending:  # one input file at a time: its rows in order, its output written whole
+            # the file's row groups, in order, read by tasks that reserve no CPU: the actors hold the cores
+            metadata = pq.ParquetFile(files[number]).metadata
+            pieces = [
+                (files[number], group, 0, metadata.row_group(group).num_rows)
+                for group in range(metadata.num_row_groups)
+            ]
+            scored = read_pieces(pieces, read_cpus=0.0).map_batches(
+                ScoreBatch,
+                fn_constructor_args=(checkpoint, cfg.question_column, cfg.answer_column, device),
+                batch_size=cfg.batch_size,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=cfg.cpus_per_actor,
+                num_gpus=cfg.num_gpus_per_actor or None,
+            )
+            target = os.path.join(staging, part_name(number))
+            temporary = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+            writer = None
+            try:
+                for batch in scored.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    table: pa.Table = batch  # pyarrow format: Arrow tables
+                    if writer is None:
+                        writer = pq.ParquetWriter(temporary, table.schema)
+                    writer.write_table(table)
+                    rows += table.num_rows
+            finally:
+                if writer is not None:
+                    writer.close()
+            if writer is None:  # an input file without rows: its output has none either
+                pq.write_table(pq.read_table(files[number]).append_column("score", _empty_scores()), temporary)
+            os.replace(temporary, target)
+            rate = rows / max(time.time() - started, 1e-9)
+            log(f"[score] {files[number]}: {part_name(number)} ({rows:,} rows scored, {rate:,.0f} rows/s)")
+    total = sum(pq.ParquetFile(os.path.join(staging, part_name(n))).metadata.num_rows for n in range(len(files)))
+    manifest = {
+        "job": JOB,
+        "config": asdict(cfg),
+        "checkpoint": checkpoint,
+        "checkpoint_sha256": plan["checkpoint_sha256"],
+        "rows": total,
+        "files": [{"path": part_name(n), "input": files[n]} for n in range(len(files))],
+    }
+    _write_json(os.path.join(staging, MANIFEST_FILE), manifest)
+    os.remove(os.path.join(staging, STAGING_MARKER))
+    write_marker(staging, JOB)
+    _swap_into_place(staging, cfg.output)
+    seconds = time.time() - started
+    return {
+        "output": cfg.output,
+        "rows": total,
+        "rows_scored_now": rows,
+        "files": len(files),
+        "seconds": round(seconds, 1),
+        "rows_per_s": round(rows / seconds, 1) if rows and seconds else None,
+    }
+
+
+def _empty_scores():
+    import pyarrow as pa
+
+    return pa.array([], pa.float32())
+
+
+def _write_json(path: str, value: dict) -> None:
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open(temporary, "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(temporary, path)
+
+
+def _swap_into_place(staging: str, output: str) -> None:
+    """The finished staging folder at `output`; an earlier output of this job there is moved aside first and
+    deleted after, so a crash leaves the old output or the new one."""
+    target = real_path(output) if os.path.exists(output) else os.path.abspath(output)
+    aside = None
+    if os.path.exists(target):
+        if os.listdir(target):
+            aside = f"{target}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(target, aside)
+        else:
+            os.rmdir(target)
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    os.replace(staging, target)
+    if aside:
+        shutil.rmtree(aside, ignore_errors=True)

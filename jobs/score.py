@@ -1,0 +1,96 @@
+"""Score a Parquet corpus of question-answer pairs with a trained answer-selection checkpoint, on Ray Data.
+
+    python jobs/score.py --checkpoint RUN_DIR_OR_CHECKPOINT --input PARQUET_OR_DIR --output DIR
+        [--question-column question] [--answer-column answer] [--actors N] [--cpus-per-actor 1]
+        [--num-gpus-per-actor 0] [--batch-size 256] [--which best|latest]
+
+A pool of actors, each holding the checkpoint's model (`inference.Ranker`: the run's tokenizer or vocabulary,
+batched and scored as jobs/evaluate.py scores a split), scores every row of the input (StackExchangeQA shards, a
+tokenised folder's split, or any Parquet with the two text columns); --num-gpus-per-actor puts each actor on a GPU
+share of the cluster. DIR gets the input rows plus `score` (float32), a file per input file in the inputs' sorted
+order, and manifest.json; the folder appears whole, and a run that stops part-way resumes where it stopped when
+run again (inference/scoring.py). The last stdout line is one JSON object: output, rows, files, seconds, rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from runtime.errors import fail
+
+if TYPE_CHECKING:
+    from inference.scoring import ScoreConfig
+
+
+def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder (state.pt) or run folder STORAGE/NAME")
+    p.add_argument("--input", required=True, help="a Parquet file, or a folder of them (searched recursively)")
+    p.add_argument("--output", required=True, help="folder for the scored rows (input rows plus score)")
+    p.add_argument("--question-column", default="question", help="the question text column (default question)")
+    p.add_argument("--answer-column", default="answer", help="the answer text column (default answer)")
+    p.add_argument("--which", default="best", choices=["best", "latest"], help="checkpoint of a run folder")
+    p.add_argument("--batch-size", type=int, default=256, help="rows per actor call (default 256)")
+    p.add_argument("--actors", type=int, default=None, help="actors in the pool (default: one per CPU or GPU share)")
+    p.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default 1)")
+    p.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPU share of each actor (default 0: CPU)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: every core)")
+    p.add_argument("--verbose", action="store_true", help="Ray Data's own INFO lines and progress bars too")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the options, the checkpoint, the input and the output as a run would, print the resolved "
+        "configuration and exit (2 where the run would be refused)",
+    )
+    args = p.parse_args(argv)
+    from inference.scoring import ScoreConfig
+    from runtime.checks import UsageError
+
+    try:
+        cfg = ScoreConfig(
+            checkpoint=args.checkpoint,
+            input=args.input,
+            output=args.output,
+            question_column=args.question_column,
+            answer_column=args.answer_column,
+            which=args.which,
+            batch_size=args.batch_size,
+            actors=args.actors,
+            cpus_per_actor=args.cpus_per_actor,
+            num_gpus_per_actor=args.num_gpus_per_actor,
+        )
+    except UsageError as error:
+        p.error(str(error))
+    return cfg, args
+
+
+def main(argv=None) -> int:
+    cfg, args = parse_args(argv)
+    try:  # the checkpoint, every input file's columns and the output, before Ray starts
+        checkpoint, files = cfg.check_inputs()
+    except Exception as error:
+        return fail("score", error)
+    if args.dry_run:
+        print(json.dumps(dict(asdict(cfg), resolved_checkpoint=checkpoint, input_files=len(files)), indent=2))
+        return 0
+    from inference.scoring import score
+    from runtime.ray_env import run_on_ray
+
+    summary, rc = run_on_ray("score", lambda: score(cfg), args.num_cpus, verbose=args.verbose)
+    if rc:
+        return rc
+    print(f"scored {summary['rows']:,} rows into {summary['files']} files in {cfg.output}")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
