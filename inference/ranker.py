@@ -26,7 +26,8 @@ import torch
 from runtime.checks import MissingInput, UsageError
 from training.checkpoints import VOCAB_FILE, load_checkpoint, resolve_checkpoint
 from training.config import autocast_dtype
-from training.data import Batcher
+from training.data import ROW, Batcher
+from training.evaluation import score_batches
 
 DEFAULT_BATCH_SIZE = 64  # pairs scored at once (evaluation's smallest dev batch)
 
@@ -85,20 +86,15 @@ class Ranker:
         if not pairs:
             return []
         columns = self.columns([q for q, _ in pairs], [a for _, a in pairs])
-        # scored in batches of similar length, as evaluation batches a split: less padding, the same scores
+        columns[ROW] = np.arange(len(pairs))
+        # scored in batches of similar length, as evaluation batches a split (less padding, the same scores), and
+        # handed back in the order given by the rows' positions
         order = np.argsort(self.batcher.length_key(columns), kind="stable")
-        scores = np.empty(len(pairs), dtype=np.float64)
-        self.model.eval()
-        with (
-            torch.no_grad(),
-            torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None),
-        ):
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                inputs, _ = self.batcher({name: values[rows] for name, values in columns.items()})
-                logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()})
-                scores[rows] = self.model.score(logits).float().cpu().numpy()
-        return scores.tolist()
+        batches = (
+            {name: values[order[start : start + batch_size]] for name, values in columns.items()}
+            for start in range(0, len(order), batch_size)
+        )
+        return score_batches(self.model, self.batcher, batches, self.device, self.dtype)["score"]
 
     def rank(self, question: str, answers: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE):
         """[(index into `answers`, score)], best first (ties keep the order given)."""
