@@ -1,7 +1,7 @@
 """Build StackExchangeQA from Stack Exchange dumps, the API, or question pages (GSAMN paper, section 3).
 
     python jobs/build_stackexchangeqa.py --dump PATH [--dump PATH ...] --output DIR \
-        [--min-score 2] [--negatives K] [--seed S]
+        [--min-score 2] [--negatives K] [--seed S] [--hard-negatives minilm|ENCODER|RUN]
     python jobs/build_stackexchangeqa.py --source api --sites beer,coffee --output DIR [--api-key KEY]
     python jobs/build_stackexchangeqa.py --source pages --urls urls.txt --output DIR
     python jobs/build_stackexchangeqa.py --download beer,coffee --output DIR [--mirror URL] [--checksums F]
@@ -78,6 +78,37 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         help="negatives are answers to other questions of the same site (default), any site, or the "
         "same site and tag; always from the same split",
     )
+    p.add_argument(
+        "--hard-negatives",
+        default=None,
+        metavar="MINER",
+        help="mine negatives with a model instead of sampling them at random: 'minilm' (the shipped "
+        "MiniLM bi-encoder), 'mpnet-base', a sentence encoder folder, or a run or checkpoint folder of "
+        "jobs/train.py (which re-ranks --mine-retriever's shortlist); each question gets the top-ranked "
+        "answers of its pool that are not its own and not near-duplicates of its positives, as many as "
+        "random sampling would give it (pipelines/hard_negatives.py)",
+    )
+    p.add_argument(
+        "--mine-retriever",
+        default="minilm",
+        help="with a checkpoint as --hard-negatives: the sentence encoder whose shortlist it re-ranks",
+    )
+    p.add_argument(
+        "--mine-candidates",
+        type=int,
+        default=64,
+        help="with a checkpoint as --hard-negatives: the retriever's candidates per question it re-ranks",
+    )
+    p.add_argument(
+        "--mine-max-similarity",
+        type=float,
+        default=0.95,
+        help="the false-negative guard: a candidate whose cosine with one of the question's positives "
+        "reaches this is never its negative",
+    )
+    p.add_argument("--mine-batch-size", type=int, default=64, help="texts the miner embeds or scores at once")
+    p.add_argument("--mine-max-len", type=int, default=256, help="word pieces per text for the miner's encoder")
+    p.add_argument("--mine-gpus", type=float, default=0.0, help="GPUs per mining task (0: CPUs)")
     p.add_argument("--seed", type=int, default=13, help="seed of the negative sampling")
     p.add_argument("--dev-fraction", type=float, default=0.1, help="share of questions in dev (by question id hash)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of questions in test")
@@ -233,6 +264,13 @@ def _config(args, paths: list[str], sites: list, exclude: dict, urls: list[str])
         min_score=args.min_score,
         negatives=args.negatives,
         negative_pool=args.negative_pool,
+        hard_negatives=args.hard_negatives,
+        mine_retriever=args.mine_retriever,
+        mine_candidates=args.mine_candidates,
+        mine_max_similarity=args.mine_max_similarity,
+        mine_batch_size=args.mine_batch_size,
+        mine_max_len=args.mine_max_len,
+        mine_gpus=args.mine_gpus,
         dedup=args.dedup,
         rows_per_shard=args.rows_per_shard,
         read_range_mb=args.read_range_mb,
@@ -289,7 +327,8 @@ def summary(stats: dict) -> str:
 def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     """What the build would refuse first, before any download or Ray (and all that --dry-run checks): dumps that
     are missing, an output folder that would destroy something (it holds a dump, the crawl cache, a test set to
-    exclude, the URL list or the downloads, or it is not an earlier build), and dumps that cannot be read."""
+    exclude, the URL list, the downloads or the miner, or it is not an earlier build), dumps that cannot be read,
+    and a --hard-negatives miner that cannot be loaded."""
     from crawl.dump import check_readable
     from pipelines.atomic import check_output
     from pipelines.stackexchangeqa import JOB, earlier_build
@@ -306,6 +345,11 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     check_output(cfg.output, JOB, cfg.input_paths() + [p for p in others if p], earlier_build)
     for path in cfg.dumps:  # the common mistakes (a folder without a dump, an empty file, not gzip): exit 1
         check_readable(path)
+    spec = cfg.miner()
+    if spec is not None:
+        from pipelines.hard_negatives import check_miner
+
+        check_miner(spec)
 
 
 def main(argv=None) -> int:

@@ -33,11 +33,14 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def card_json(stats: dict) -> dict:
     pairs, paper = stats["pairs"], stats["paper"]
+    negatives = stats.get("negatives", {})
     return {
         "name": "StackExchangeQA",
         "built": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "recipe": "GSAMN paper (Lai et al. 2019), section 3: English only, answers with score >= min_score are "
-        "positives, real answers to other questions sampled as negatives",
+        "positives, real answers to other questions "
+        + ("mined by a model as negatives" if negatives.get("drawn") == "mined" else "sampled as negatives"),
+        "negatives": negatives,
         "ours_vs_paper": {
             "positive_pairs": [pairs["positive"], paper["positive_pairs"]],
             "negative_pairs": [pairs["negative"], paper["negative_pairs"]],
@@ -135,6 +138,7 @@ def card_markdown(card: dict) -> str:
         f"Label balance: {card['label_balance']['positive_share']:.1%} positive.",
         "",
     ]
+    out += negatives_section(card.get("negatives") or {})
     if card["per_site"]:
         out += [
             "## Per site",
@@ -185,6 +189,56 @@ def card_markdown(card: dict) -> str:
         shown = {k: v for k, v in cfg.items() if k not in ("urls",)}
         out += ["## Configuration", "", "```json", json.dumps(shown, indent=2, sort_keys=True, default=str), "```", ""]
     return "\n".join(out)
+
+
+def negatives_section(negatives: dict) -> list[str]:
+    """How the negatives were drawn, and for mined ones the miner's scores of them beside its scores of the
+    positives and of a random candidate."""
+    if not negatives:
+        return []
+    pool = {
+        "site": "the same site and split",
+        "any": "any site of the same split",
+        "tag": "the same site, tag and split",
+    }
+    where = pool.get(negatives.get("pool", "site"), negatives.get("pool", ""))
+    if negatives.get("drawn") != "mined":
+        return [
+            "## Negatives",
+            "",
+            f"Drawn at random (seed {negatives.get('seed')}) from the answers of other questions of {where}; a "
+            "question never gets one of its own answers.",
+            "",
+        ]
+    reranked = negatives.get("reranker")
+    miner = (
+        f"the retriever `{negatives['retriever']}` ranks every candidate by cosine; the checkpoint "
+        f"`{reranked}` re-ranks its top {negatives['candidates']}"
+        if reranked
+        else f"the sentence encoder `{negatives['retriever']}` ranks every candidate by cosine with the question"
+    )
+    scores = negatives.get("scores", {})
+    names = {
+        "negative": "mined negatives",
+        "positive": "positives",
+        "candidate_mean": "mean over a question's candidates (cosine: what a random negative scores)",
+    }
+    columns = ["count", "mean", "p0", "p10", "p25", "p50", "p75", "p90", "p100"]
+    rows = [[names[k]] + [scores[k].get(c, "") for c in columns] for k in names if k in scores]
+    return [
+        "## Negatives",
+        "",
+        f"Mined by a model (`--hard-negatives`, pipelines/hard_negatives.py): for each question, {miner}; the "
+        f"candidates are the answers of other questions of {where}, never the question's own answers of any "
+        f"score; a candidate whose cosine with one of the question's positives reaches "
+        f"{negatives['max_similarity']} is passed over as a likely false negative "
+        f"({negatives.get('near_duplicates_passed_over', 0):,} passed over for "
+        f"{negatives.get('questions', 0):,} questions); each question takes as many as random sampling would give "
+        f"it (seed {negatives.get('seed')}), the top-ranked. Scores: {negatives.get('scored_by', '')}.",
+        "",
+        _table(["scores of", *columns], rows),
+        "",
+    ]
 
 
 def funnel_plot(card: dict, path: str) -> None:

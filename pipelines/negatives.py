@@ -174,6 +174,22 @@ def _concatenated_streams(bases: np.ndarray, counts: np.ndarray) -> tuple[np.nda
         return which, splitmix64(bases.astype(np.uint64)[which] + step.astype(np.uint64) * np.uint64(_GOLDEN))
 
 
+def negatives_wanted(k: float, seed: int, aid: str) -> int:
+    """The negatives positive `aid` asks for: floor(k), or floor(k)+1 with probability frac(k), seeded by its id
+    (the mined negatives of `pipelines.hard_negatives` give a question as many as this sampler would)."""
+    whole, frac = int(k), k - int(k)
+    return whole + (1 if frac and (_hash64("k", seed, aid) / 2**64) < frac else 0)
+
+
+def chosen_group(options: list[str], seed: int, qid: str) -> str:
+    """The one pool group a question draws from among those it belongs to (several in tag mode), seeded by its
+    id; "" where it belongs to none with answers."""
+    options = sorted(set(options))
+    if len(options) > 1:
+        return options[_hash64("group", seed, qid) % len(options)]
+    return options[0] if options else ""
+
+
 class RequestNegatives:
     """Positive pairs to `request` rows: how many negatives each wants from which (group, bucket).
 
@@ -192,8 +208,7 @@ class RequestNegatives:
         self.question_text = question_text
 
     def wanted(self, aid: str) -> int:
-        whole, frac = int(self.k), self.k - int(self.k)
-        return whole + (1 if frac and (_hash64("k", self.seed, aid) / 2**64) < frac else 0)
+        return negatives_wanted(self.k, self.seed, aid)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
@@ -210,8 +225,7 @@ class RequestNegatives:
         buckets = np.ones(n, dtype=np.int64)
         for i, options in enumerate(choices):
             if options and wanted[i]:
-                options = sorted(set(options))
-                pick = options[_hash64("group", self.seed, qids[i]) % len(options)] if len(options) > 1 else options[0]
+                pick = chosen_group(options, self.seed, qids[i])
                 chosen[i], buckets[i] = pick, buckets_for(self.sizes[pick], self.bucket_size)
         drawing = np.array([bool(c) for c in chosen]) & (wanted > 0)
         short_rows = np.flatnonzero(~drawing & (wanted > 0))

@@ -124,6 +124,8 @@ def hash_shuffle(
     returns: int = 1,
     task_bytes: int = 32 << 20,
     max_shards: int = MAX_SHARDS,
+    map_resources: dict | None = None,
+    reduce_resources: dict | None = None,
 ) -> list[tuple]:
     """Rows of every source (block references, their bytes, and the function that prepares each block, or None)
     brought together by `keys` into `partitions` blocks, each passed whole to `reduce(block, **reduce_kwargs)` in a
@@ -132,13 +134,16 @@ def hash_shuffle(
     Returns, for each partition in order, a tuple of references: the `returns` objects `reduce` returns (its
     block first), then the block's bytes. Nothing is waited for: tasks run as their inputs come. A source's blocks
     may be released by the caller once this returns: the map tasks hold them until they have read them. Prepared
-    blocks must share one schema."""
+    blocks must share one schema. `map_resources` and `reduce_resources`: Ray resources each map or reduce task
+    asks for besides its CPU (`{"num_gpus": 1}` where `prepare` or `reduce` runs a model)."""
     import ray
 
     if partitions < 1:
         raise ValueError(f"a shuffle needs at least one partition, got {partitions}")
     by = ",".join(keys)  # names the tasks (and their workers' process titles) as Ray Data names its shuffle's
-    cut = ray.remote(num_cpus=1, num_returns=partitions)(_map).options(name=f"ShuffleMap({by})")
+    cut = ray.remote(num_cpus=1, num_returns=partitions)(_map).options(
+        name=f"ShuffleMap({by})", **(map_resources or {})
+    )
     total = sum(len(blocks) for blocks, _, _ in sources)
     shards = []  # a list per map task of its `partitions` shards
     for blocks, sizes, prepare in sources:
@@ -150,7 +155,7 @@ def hash_shuffle(
     if not shards:
         raise ValueError("a shuffle needs at least one block to read")
     gather = ray.remote(num_cpus=1, num_returns=returns + 1)(_reduce).options(
-        name=f"ShuffleReduce({by})->{getattr(reduce, '__name__', 'reduce')}"
+        name=f"ShuffleReduce({by})->{getattr(reduce, '__name__', 'reduce')}", **(reduce_resources or {})
     )
     return [
         gather.remote(reduce, reduce_kwargs or {}, returns, *(task[p] for task in shards)) for p in range(partitions)

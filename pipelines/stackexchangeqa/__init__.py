@@ -18,7 +18,8 @@ Stages, Ray Data reads and maps, then Ray tasks over the blocks they made:
      and its question's split; the same task counts the funnel and makes the attribution rows;
   5. negatives sampled for each positive from the answers of other questions in the same pool group (site and
      split by default) at cluster scale (`pipelines.negatives`), seeded so the result does not depend on
-     partitioning;
+     partitioning; or, with `hard_negatives` set, mined by a model from the same pool groups, as many per
+     question (`pipelines.hard_negatives`, the thread rows made its rows by `funnel.mining_candidates`);
   6. pairs grouped by question (a hash shuffle by question id), questions in an order drawn from the seed,
      so that shards never hold long runs of one label.
 

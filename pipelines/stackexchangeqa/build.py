@@ -19,6 +19,7 @@ from pipelines.atomic import staged_dir
 from pipelines.blocks import materialised_blocks
 from pipelines.datacard import write_card
 from pipelines.dedup import duplicate_answers
+from pipelines.hard_negatives import mined_negative_blocks, mined_summary
 from pipelines.negatives import negative_blocks
 from pipelines.shards import write_blocks
 from pipelines.shuffle import composed, hash_shuffle
@@ -27,6 +28,7 @@ from pipelines.stackexchangeqa.funnel import (
     ATTRIBUTION,
     attribution_rows_of,
     funnel,
+    mining_candidates,
     negative_candidates,
     rows_with_status,
     summarise_threads,
@@ -203,23 +205,37 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
     stages.done("funnel")
     if stats["posts_in"] == 0:
         raise NoPosts(cfg, stats["failures"])
-    # The sampler's pool: a thread row carries its question's text, which neither the pool nor the requests read.
-    drawn = negative_blocks(
-        threads,
-        "asks",
-        k=cfg.negatives,
-        seed=cfg.seed,
-        pool_sizes=pool_sizes,
-        mode=cfg.negative_pool,
-        bucket_size=cfg.negative_bucket_size,
-        partitions=_partitions(cfg),
-        question_text=False,
-        select=negative_candidates,
-        task_bytes=cfg.partition_mb << 20,
-    )
+    spec = cfg.miner()
+    if spec is None:
+        # The sampler's pool: a thread row carries its question's text, which neither the pool nor the requests read.
+        drawn = negative_blocks(
+            threads,
+            "asks",
+            k=cfg.negatives,
+            seed=cfg.seed,
+            pool_sizes=pool_sizes,
+            mode=cfg.negative_pool,
+            bucket_size=cfg.negative_bucket_size,
+            partitions=_partitions(cfg),
+            question_text=False,
+            select=negative_candidates,
+            task_bytes=cfg.partition_mb << 20,
+        )
+    else:
+        prepare = partial(
+            mining_candidates, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool, sizes_ref=[ray.put(pool_sizes)]
+        )
+        drawn = mined_negative_blocks(
+            threads, prepare, spec, _partitions(cfg), task_bytes=cfg.partition_mb << 20, gpus=cfg.mine_gpus
+        )
     negatives = [block for block, _, _ in drawn]
     drawn_counts, negative_bytes = ray.get([summary for _, summary, _ in drawn]), ray.get([b for _, _, b in drawn])
     stats["negatives_short"] = sum(c["short"] for c in drawn_counts)
+    stats["negatives"] = (
+        {"drawn": "random", "pool": cfg.negative_pool, "seed": cfg.seed}
+        if spec is None
+        else dict(mined_summary(spec, drawn_counts), pool=cfg.negative_pool, seed=cfg.seed)
+    )
     stages.done("negatives", sum(c["rows"] for c in drawn_counts))
     stats["stage_seconds"] = stages.seconds
     # Positives and kept questions (which carry the question's text into the shuffle) are taken from the

@@ -3,6 +3,7 @@ statuses (kept, or the reason for dropping) and the paper's figures."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from pipelines.atomic import recognised_by
@@ -62,6 +63,16 @@ class BuildConfig:
     negatives: float = PAPER["negatives_per_positive"]  # per positive pair (fractional allowed): the paper's 15.71
     negative_pool: str = "site"  # where negatives come from: "site" (same site), "any" site, same "tag"
     negative_bucket_size: int = 4096  # answers per sampling bucket: what one node holds at a time
+    # Hard negatives (pipelines/hard_negatives.py): None samples at random; otherwise the miner, "minilm",
+    # "mpnet-base", a sentence encoder folder, or a run or checkpoint folder of jobs/train.py (which re-ranks
+    # what `mine_retriever` finds).
+    hard_negatives: str | None = None
+    mine_retriever: str = "minilm"
+    mine_candidates: int = 64  # the retriever's shortlist per question that a checkpoint re-ranks
+    mine_max_similarity: float = 0.95  # the false-negative guard: cosine with a positive at which a candidate is passed
+    mine_batch_size: int = 64
+    mine_max_len: int = 256  # word pieces per text for the retriever (sentence-transformers' setting)
+    mine_gpus: float = 0.0  # GPUs per mining task
     dedup: str = "near"  # duplicate answers: "near" (MinHash LSH, includes exact), "exact", or "off"
     near_duplicate_threshold: float = 0.8  # estimated Jaccard of word 5-gram shingles
     exclude_test_sets: dict[str, str] = field(default_factory=dict)  # {"wikiqa": PATH, ...}: see pipelines/overlap
@@ -122,6 +133,13 @@ class BuildConfig:
             at_least(option, rate, 0)
             if rate == 0:
                 raise UsageError(f"{option} must be above 0 (a crawler that may send nothing never ends)")
+        integer_at_least("--mine-candidates", self.mine_candidates, 1)
+        within("--mine-max-similarity", self.mine_max_similarity, -1, 1)
+        integer_at_least("--mine-batch-size", self.mine_batch_size, 1)
+        integer_at_least("--mine-max-len", self.mine_max_len, 2)
+        at_least("--mine-gpus", self.mine_gpus, 0)
+        if self.hard_negatives is not None and not self.hard_negatives.strip():
+            raise UsageError("--hard-negatives: empty; name a miner ('minilm', an encoder or checkpoint folder)")
         integer_at_least("--crawlers", self.crawlers, 1)
         integer_at_least("--max-retries", self.max_retries, 0)
         if self.sites and len(self.sites) != len(self.dumps):
@@ -129,8 +147,30 @@ class BuildConfig:
 
     def input_paths(self) -> list[str]:
         """What the build reads and keeps, which its output must never hold: dumps, test sets to exclude, the
-        crawl cache."""
-        return [*self.dumps, *self.exclude_test_sets.values(), *([self.cache_dir] if self.cache_dir else [])]
+        crawl cache, and a miner's folders."""
+        mining = (self.hard_negatives, self.mine_retriever) if self.hard_negatives else ()
+        miners = [m for m in mining if m and os.path.exists(m)]
+        return [
+            *self.dumps,
+            *self.exclude_test_sets.values(),
+            *([self.cache_dir] if self.cache_dir else []),
+            *miners,
+        ]
+
+    def miner(self):
+        """The MinerSpec of --hard-negatives (None: random negatives)."""
+        if not self.hard_negatives:
+            return None
+        from pipelines.hard_negatives import miner_spec
+
+        return miner_spec(
+            self.hard_negatives,
+            self.mine_retriever,
+            candidates=self.mine_candidates,
+            max_similarity=self.mine_max_similarity,
+            batch_size=self.mine_batch_size,
+            max_len=self.mine_max_len,
+        )
 
 
 # A build written before outputs carried a completion marker: its stats.json, with the funnel's splits and pairs.

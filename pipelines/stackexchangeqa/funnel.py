@@ -236,3 +236,73 @@ def attribution_rows(batch: pa.Table) -> pa.Table:
             "licence": pc.fill_null(batch["licence"], ""),
         }
     ).cast(ATTRIBUTION)
+
+
+_SIZES: dict[str, dict] = {}
+
+
+def mining_candidates(batch: pa.Table, k: float, seed: int, mode: str, sizes_ref: list) -> pa.Table:
+    """Thread rows (blocks of whole threads) as the hard-negative miner's rows (`pipelines.hard_negatives.MINING`):
+    each pool answer in each of its pool groups, marked where it is a positive, and each kept question in the one
+    group it draws from (`chosen_group`, as the random sampler chooses), asking for as many negatives as its
+    positives would ask the random sampler for (`negatives_wanted`)."""
+    import ray
+
+    from pipelines.hard_negatives import MINING
+    from pipelines.negatives import chosen_group, negatives_wanted
+
+    trim_when_idle()
+    sizes = sizes_ref[0]
+    if isinstance(sizes, ray.ObjectRef):  # fetched once per worker process, not per block
+        if sizes.hex() not in _SIZES:
+            _SIZES.clear()
+            _SIZES[sizes.hex()] = ray.get(sizes)
+        sizes = _SIZES[sizes.hex()]
+    columns = ["qid", "aid", "answer", "score", "site", "split", "tags", "status"]
+    answers = rows_with_status(batch, list(NEGATIVE_POOL), columns)
+    groups, rows = pool_groups(answers, mode)
+    taken = answers.take(pa.array(rows, pa.int64())) if mode == "tag" else answers
+    n = taken.num_rows
+    answer_rows = pa.table(
+        {
+            "kind": pa.array(["answer"] * n, pa.string()),
+            "group": groups,
+            "qid": taken["qid"],
+            "aid": taken["aid"],
+            "text": taken["answer"],
+            "score": taken["score"],
+            "positive": pc.equal(taken["status"], POSITIVE),
+            "wanted": pa.array(np.zeros(n, np.int64)),
+            "site": taken["site"],
+            "split": taken["split"],
+        }
+    ).cast(MINING)
+    positives = answers.filter(pc.equal(answers["status"], POSITIVE))
+    wanted: dict[str, int] = {}
+    for qid, aid in zip(positives["qid"].to_pylist(), positives["aid"].to_pylist()):
+        wanted[qid] = wanted.get(qid, 0) + negatives_wanted(k, seed, aid)
+    questions = rows_with_status(batch, [KEPT_QUESTION], ["qid", "question", "site", "split", "tags"])
+    qids = questions["qid"].to_pylist()
+    asking = np.array([wanted.get(q, 0) > 0 for q in qids], dtype=bool)
+    questions, qids = questions.filter(pa.array(asking)), [q for q, a in zip(qids, asking) if a]
+    question_groups, parents = pool_groups(questions, mode)
+    options: list[list[str]] = [[] for _ in qids]
+    for group, row in zip(question_groups.to_pylist(), parents.tolist()):
+        if sizes.get(group):
+            options[row].append(group)
+    m = len(qids)
+    question_rows = pa.table(
+        {
+            "kind": pa.array(["question"] * m, pa.string()),
+            "group": pa.array([chosen_group(o, seed, q) for o, q in zip(options, qids)], pa.string()),
+            "qid": questions["qid"],
+            "aid": pa.array([""] * m, pa.string()),
+            "text": questions["question"],
+            "score": pa.array(np.zeros(m, np.int32)),
+            "positive": pa.array(np.zeros(m, bool)),
+            "wanted": pa.array([wanted[q] for q in qids], pa.int64()),
+            "site": questions["site"],
+            "split": questions["split"],
+        }
+    ).cast(MINING)
+    return pa.concat_tables([answer_rows, question_rows])

@@ -179,3 +179,53 @@ def test_the_score_job_refuses_in_a_line_before_any_work(wikiqa, trained, tmp_pa
         ScoreConfig(checkpoint=str(tmp_path / "none"), input=inputs[0], output=str(tmp_path / "o")).check_inputs()
     with pytest.raises(UsageError, match="--batch-size"):
         ScoreConfig(checkpoint=trained["run"], input=inputs[0], output=str(tmp_path / "o"), batch_size=0)
+
+
+def test_a_checkpoint_mines_by_re_ranking_the_retrievers_shortlist(wikiqa, trained):
+    """`--hard-negatives RUN`: the retriever's top `candidates` by cosine, re-ranked by the checkpoint's scores
+    (those Ranker gives the same pairs), the best kept; a folder that is no miner is refused in a line."""
+    import numpy as np
+    import pyarrow as pa
+
+    from inference import Ranker
+    from pipelines.hard_negatives import EMBEDDED, check_miner, mine_block, miner_spec
+    from training.evaluation import EvaluateConfig, evaluate_checkpoint
+
+    _, records = evaluate_checkpoint(
+        EvaluateConfig(checkpoint=trained["best"]["checkpoint"], data=wikiqa, split="test")
+    )
+    _, question, answers = _test_question(wikiqa, records)
+    texts = list(answers.values()) * 3  # enough candidates for a shortlist shorter than the pool
+    n = len(texts)
+    vectors = np.random.default_rng(0).normal(size=(n + 1, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rows = [("question", "g", "q", "", "how?", False, 3, vectors[n])]
+    rows += [("answer", "g", f"other{i}", f"a{i:03d}", text, True, 0, vectors[i]) for i, text in enumerate(texts)]
+    columns = list(zip(*rows))
+    block = pa.table(
+        {
+            "kind": columns[0],
+            "group": columns[1],
+            "qid": columns[2],
+            "aid": columns[3],
+            "text": columns[4],
+            "score": [1] * len(rows),
+            "positive": columns[5],
+            "wanted": columns[6],
+            "site": ["s"] * len(rows),
+            "split": ["test"] * len(rows),
+            "vector": [v.tolist() for v in columns[7]],
+        }
+    ).cast(EMBEDDED)
+    block = block.set_column(4, "text", pa.array([question] + texts))
+    spec = miner_spec(trained["run"], "minilm", candidates=5)
+    check_miner(spec)
+    negatives, summary = mine_block(block, spec)
+    shortlist = np.lexsort((np.arange(n), -(vectors[:n] @ vectors[n])))[:5]
+    ranker = Ranker.from_checkpoint(trained["run"], device="cpu")
+    scores = ranker.score([(question, texts[j]) for j in shortlist])
+    best = [f"a{shortlist[k]:03d}" for k in np.lexsort((shortlist, -np.asarray(scores)))[:3]]
+    assert negatives.column("aid").to_pylist() == best
+    assert summary["scores"]["negative"]["points"] == pytest.approx(sorted(sorted(scores, reverse=True)[:3]), abs=1e-5)
+    with pytest.raises(UsageError, match="neither 'minilm', 'mpnet-base', a sentence encoder folder"):
+        check_miner(miner_spec(os.path.dirname(trained["run"]) + "/no-such-run"))

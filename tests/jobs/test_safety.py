@@ -227,6 +227,16 @@ NONSENSE = [
     ("build_stackexchangeqa", ["--dev-fraction", "0.6", "--test-fraction", "0.5"], "leave no questions to train on"),
     ("build_stackexchangeqa", ["--partition-mb", "0"], "--partition-mb must be at least 1"),
     ("build_stackexchangeqa", ["--requests-per-second", "0"], "--requests-per-second must be above 0"),
+    (
+        "build_stackexchangeqa",
+        ["--hard-negatives", "minilm", "--mine-candidates", "0"],
+        "--mine-candidates must be at least 1",
+    ),
+    (
+        "build_stackexchangeqa",
+        ["--hard-negatives", "no-such-miner"],
+        "nor a checkpoint or run folder of jobs/train.py",
+    ),
     ("tokenize_corpora", ["--min-count", "0"], "--min-count must be at least 1"),
     ("tokenize_corpora", ["--max-vocab", "2"], "--max-vocab must be at least 5"),
     ("tokenize_corpora", ["--max-context-tokens", "0"], "--max-context-tokens must be at least 1"),
