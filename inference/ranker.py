@@ -25,7 +25,7 @@ import torch
 
 from runtime.checks import MissingInput, UsageError
 from training.checkpoints import VOCAB_FILE, load_checkpoint, resolve_checkpoint
-from training.config import autocast_dtype
+from training.config import autocast_dtype, resolve_device
 from training.data import ROW, Batcher
 from training.evaluation import score_batches
 
@@ -52,7 +52,7 @@ class Ranker:
         if "://" not in path and not os.path.exists(path):
             raise MissingInput(f"{path}: no such checkpoint or run folder")
         checkpoint = resolve_checkpoint(path, which)
-        torch_device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+        torch_device = resolve_device(device)
         model, train_cfg, _, saved = load_checkpoint(checkpoint, torch_device)
         if model.inputs == "passages":
             raise UsageError(

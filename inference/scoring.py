@@ -19,6 +19,7 @@ import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from pipelines.atomic import STAGING_MARKER, check_output, real_path, write_marker
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
@@ -134,6 +135,94 @@ def prepared_staging(cfg: ScoreConfig, plan: dict) -> tuple[str, set[int]]:
     return staging, done
 
 
+def same_schema_runs(files: list[str], numbers: list[int]) -> list[list[int]]:
+    """`numbers` (files by number, in order) cut into runs of consecutive files with one Arrow schema: a run is
+    scored in one Ray Data execution, whose batches may hold rows of two files."""
+    import pyarrow.parquet as pq
+
+    runs: list[list[int]] = []
+    last = None
+    for number in numbers:
+        schema = pq.read_schema(files[number]).remove_metadata()
+        if runs and schema.equals(last):
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+        last = schema
+    return runs
+
+
+class _Parts:
+    """Writes the ordered scored rows of a run of input files into their part files: each file takes the next
+    `counts[i]` rows, in a temporary file renamed to its part name once whole (a file without rows gets an empty
+    part with its columns)."""
+
+    def __init__(self, staging: str, paths: list[str], numbers: list[int], counts: list[int], log, started: float):
+        self.staging, self.paths, self.numbers, self.counts = staging, paths, numbers, counts
+        self.log, self.started = log, started
+        self.current, self.left, self.temporary, self.rows = -1, 0, "", 0
+        self.writer: Any = None  # a pyarrow ParquetWriter while a file is being written
+        self._next()
+
+    def _next(self) -> None:
+        """Closes the finished file, if any, and opens the next that has rows (empty ones written on the way)."""
+        import pyarrow.parquet as pq
+
+        if self.current >= 0:
+            self._close()
+        self.current += 1
+        while self.current < len(self.numbers) and self.counts[self.current] == 0:
+            temporary = self._temporary()
+            pq.write_table(pq.read_table(self.paths[self.current]).append_column("score", _empty_scores()), temporary)
+            self._rename(temporary)
+            self.current += 1
+        if self.current < len(self.numbers):
+            self.left, self.writer, self.temporary = self.counts[self.current], None, self._temporary()
+
+    def _temporary(self) -> str:
+        return os.path.join(self.staging, f"{part_name(self.numbers[self.current])}.tmp-{uuid.uuid4().hex[:8]}")
+
+    def write(self, batch) -> None:
+        import pyarrow.parquet as pq
+
+        while batch.num_rows:
+            if self.current >= len(self.numbers):
+                raise RuntimeError(f"{batch.num_rows} scored rows more than the input files hold")
+            take = min(self.left, batch.num_rows)
+            piece, batch = batch.slice(0, take), batch.slice(take)
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.temporary, piece.schema)
+            self.writer.write_table(piece)
+            self.left -= take
+            self.rows += take
+            if self.left == 0:
+                self._next()
+
+    def _close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+            self._rename(self.temporary)
+
+    def _rename(self, temporary: str) -> None:
+        number = self.numbers[self.current]
+        os.replace(temporary, os.path.join(self.staging, part_name(number)))
+        rate = self.rows / max(time.time() - self.started, 1e-9)
+        self.log(
+            f"[score] {self.paths[self.current]}: {part_name(number)} ({self.rows:,} rows scored, {rate:,.0f} rows/s)"
+        )
+
+    def finish(self) -> None:
+        """Every file whole: a run that delivered fewer rows than its files hold is an error, not a short file."""
+        if self.current < len(self.numbers):
+            if self.writer is not None:
+                self.writer.close()
+                os.remove(self.temporary)
+            raise RuntimeError(
+                f"{self.paths[self.current]}: {self.left} of its {self.counts[self.current]} rows were not scored"
+            )
+
+
 class ScoreBatch:
     """A Ray Data actor: the checkpoint's Ranker, loaded once, scoring a batch of rows."""
 
@@ -154,7 +243,6 @@ class ScoreBatch:
 
 def score(cfg: ScoreConfig, log=print) -> dict:
     """Score every input row not yet scored; the job's summary."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
     import ray
 
@@ -175,40 +263,33 @@ def score(cfg: ScoreConfig, log=print) -> dict:
             share = resources.get("CPU", 1) / cfg.cpus_per_actor
         actors = cfg.actors or max(1, int(share))
         device = "cuda" if cfg.num_gpus_per_actor else "cpu"
-        for number in pending:  # one input file at a time: its rows in order, its output written whole
-            # the file's row groups, in order, read by tasks that reserve no CPU: the actors hold the cores
-            metadata = pq.ParquetFile(files[number]).metadata
-            pieces = [
-                (files[number], group, 0, metadata.row_group(group).num_rows)
-                for group in range(metadata.num_row_groups)
-            ]
-            scored = read_pieces(pieces, read_cpus=0.0).map_batches(
-                ScoreBatch,
-                fn_constructor_args=(checkpoint, cfg.question_column, cfg.answer_column, device),
-                batch_size=cfg.batch_size,
-                batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=actors),
-                num_cpus=cfg.cpus_per_actor,
-                num_gpus=cfg.num_gpus_per_actor or None,
-            )
-            target = os.path.join(staging, part_name(number))
-            temporary = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-            writer = None
-            try:
+        for run in same_schema_runs(files, pending):
+            # One execution for the run of files, so the actors start and load the checkpoint once, not per file:
+            # their row groups in order, read by tasks that reserve no CPU (the actors hold the cores); the rows come
+            # back in order, so each file's output is the next rows_of(file) rows, written whole, then renamed.
+            counts = [pq.ParquetFile(files[n]).metadata.num_rows for n in run]
+            pieces = []
+            for number in run:
+                metadata = pq.ParquetFile(files[number]).metadata
+                pieces += [
+                    (files[number], group, 0, metadata.row_group(group).num_rows)
+                    for group in range(metadata.num_row_groups)
+                ]
+            parts = _Parts(staging, [files[n] for n in run], run, counts, log, started)
+            if pieces and sum(counts):
+                scored = read_pieces(pieces, read_cpus=0.0).map_batches(
+                    ScoreBatch,
+                    fn_constructor_args=(checkpoint, cfg.question_column, cfg.answer_column, device),
+                    batch_size=cfg.batch_size,
+                    batch_format="pyarrow",
+                    compute=ray.data.ActorPoolStrategy(size=actors),
+                    num_cpus=cfg.cpus_per_actor,
+                    num_gpus=cfg.num_gpus_per_actor or None,
+                )
                 for batch in scored.iter_batches(batch_size=None, batch_format="pyarrow"):
-                    table: pa.Table = batch  # pyarrow format: Arrow tables
-                    if writer is None:
-                        writer = pq.ParquetWriter(temporary, table.schema)
-                    writer.write_table(table)
-                    rows += table.num_rows
-            finally:
-                if writer is not None:
-                    writer.close()
-            if writer is None:  # an input file without rows: its output has none either
-                pq.write_table(pq.read_table(files[number]).append_column("score", _empty_scores()), temporary)
-            os.replace(temporary, target)
-            rate = rows / max(time.time() - started, 1e-9)
-            log(f"[score] {files[number]}: {part_name(number)} ({rows:,} rows scored, {rate:,.0f} rows/s)")
+                    parts.write(batch)
+            parts.finish()
+            rows += parts.rows
     total = sum(pq.ParquetFile(os.path.join(staging, part_name(n))).metadata.num_rows for n in range(len(files)))
     manifest = {
         "job": JOB,

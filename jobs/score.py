@@ -84,7 +84,10 @@ def main(argv=None) -> int:
     from inference.scoring import score
     from runtime.ray_env import run_on_ray
 
-    summary, rc = run_on_ray("score", lambda: score(cfg), args.num_cpus, verbose=args.verbose)
+    def progress(line: str) -> None:  # stderr: stdout is the summary's, its last line one JSON object
+        print(line, file=sys.stderr, flush=True)
+
+    summary, rc = run_on_ray("score", lambda: score(cfg, log=progress), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
     print(f"scored {summary['rows']:,} rows into {summary['files']} files in {cfg.output}")

@@ -133,12 +133,11 @@ class Embedder:
     of texts, on the task's GPU where it has one."""
 
     def __init__(self, spec: MinerSpec):
-        import torch
-
         from qa_models.encoders import SentenceEmbedder, resolve_encoder
+        from training.config import resolve_device
 
         self.spec = spec
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device("auto")
         self.model = SentenceEmbedder(resolve_encoder(spec.retriever), spec.max_len).eval().to(self.device)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
@@ -167,11 +166,9 @@ def embedder_of(spec: MinerSpec) -> Embedder:
 def ranker_of(checkpoint: str):
     """The checkpoint's `inference.Ranker`, loaded once per worker process."""
     if checkpoint not in _RANKERS:
-        import torch
-
         from inference import Ranker
 
-        _RANKERS[checkpoint] = Ranker.from_checkpoint(checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
+        _RANKERS[checkpoint] = Ranker.from_checkpoint(checkpoint, device="auto")
     return _RANKERS[checkpoint]
 
 

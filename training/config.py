@@ -258,6 +258,13 @@ def precision_name(dtype: torch.dtype | None) -> str:
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """A --device value as a torch device: "auto" is a GPU where this process sees one, the CPU otherwise."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of --precision on `device` (None: full fp32)."""
     if precision == "auto":

@@ -14,7 +14,7 @@ import torch
 
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 from training.checkpoints import load_checkpoint, resolve_checkpoint
-from training.config import TrainConfig, autocast_dtype
+from training.config import TrainConfig, autocast_dtype, resolve_device
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
 from training.progress import figure_cells
 
@@ -238,12 +238,11 @@ class EvaluateConfig:
 
 
 def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
-    import torch
 
     from pipelines.shards import shard_paths
 
     checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
+    device = resolve_device(cfg.device)
     model, train_cfg, state, saved = load_checkpoint(checkpoint, device)
     manifest = read_manifest(cfg.data)
     check_data_fits_model(train_cfg, manifest)

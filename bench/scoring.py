@@ -1,0 +1,288 @@
+"""Batch scoring: jobs/score.py (Ray Data, a pool of Ranker actors) against the plain loop it replaces, per core,
+and the job's memory as its input grows.
+
+    python bench/scoring.py [--checkpoint RUN_OR_CHECKPOINT] [--data TOKENISED_DIR] [--split train]
+        [--cores 2] [--repeats 1,4,16] [--json docs/bench/scoring.json]
+
+Over the same (question, answer) pairs (a tokenised answer-selection split: WikiQA from ../shared/data by default,
+tokenised into a temporary folder first), with the same checkpoint (default: GSAMN at its paper's width trained
+for a few steps under Ray Train into a temporary folder; its weights do not change its speed):
+- plain-rank: one process, torch on --cores threads, `ranker.rank(question, answers)` question by question: what
+  a user writes without the job;
+- plain-score: the same process, `ranker.score` over all the pairs in batches of 256 (the job's batch);
+- job-R: `python jobs/score.py --num-cpus C --actors C` (one CPU and one torch thread per actor) in a subprocess,
+  over a folder holding the split's file R times (R x the pairs): its wall time (Ray's start included), its own
+  rows/s (the actors' start and the checkpoint's loading included, Ray's start not), its steady rows/s (from the
+  first output file written to the last: R >= 2), and its peak memory: the PSS of the job's process tree
+  (driver, Ray's processes, actors; shared pages divided among the processes that map them), sampled every
+  0.2 s.
+Per core is pairs/s over the cores an arm used. The ratios are the job's rows/s per core at the largest R over each
+plain arm's; memory is flat when the peak at the largest R stays near the peak at R=1 while the input grows R-fold.
+
+The last line is one JSON object (also written to --json).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # bench/tokenize.py would shadow the standard library's tokenize
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import argparse
+import json
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+from bench.report import write_result
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("QA_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
+BATCH = 256
+
+
+def _log(message: str) -> None:
+    print(f"[bench-scoring] {message}", file=sys.stderr, flush=True)
+
+
+def tokenised_wikiqa(folder: str) -> str:
+    from pipelines.tokenize import TokenizeConfig, write
+
+    source = os.path.join(SHARED_DATA, "wikiqa")
+    if not os.path.isdir(source):
+        raise SystemExit(f"{source} not found: pass --data, a folder written by jobs/tokenize_corpora.py")
+    out = os.path.join(folder, "wikiqa")
+    write(TokenizeConfig(dataset="wikiqa", input=source, output=out))
+    return out
+
+
+def trained_checkpoint(data: str, folder: str, cores: int) -> str:
+    """GSAMN at its paper's width, a few steps under Ray Train: a real checkpoint of jobs/train.py's loop."""
+    import ray
+
+    from runtime.ray_env import init_local_ray
+    from training.config import TrainConfig
+    from training.trainer import run
+
+    init_local_ray(num_cpus=cores)
+    try:
+        cfg = TrainConfig(model="gsamn", data=data, storage_path=folder, name="gsamn", max_steps=4, seed=0)
+        run(cfg)
+    finally:
+        ray.shutdown()
+    return os.path.join(folder, "gsamn")
+
+
+def pairs_of(data: str, split: str) -> tuple[list[str], list[tuple[str, str]], str]:
+    """The split's question ids and (question, answer) pairs, in file order, and the split's one Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.shards import shard_paths
+
+    paths, _ = shard_paths(data, split)
+    table = pa.concat_tables(pq.read_table(p, columns=["qid", "question", "answer"]) for p in paths)
+    single = os.path.join(tempfile.mkdtemp(prefix="bench-scoring-"), f"{split}.parquet")
+    pq.write_table(pa.concat_tables(pq.read_table(p) for p in paths), single)
+    return table["qid"].to_pylist(), list(zip(table["question"].to_pylist(), table["answer"].to_pylist())), single
+
+
+def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], cores: int) -> dict:
+    import torch
+
+    from inference import Ranker
+
+    torch.set_num_threads(cores)
+    ranker = Ranker.from_checkpoint(checkpoint, device="cpu")
+    questions: dict[str, list[int]] = {}
+    for i, qid in enumerate(qids):
+        questions.setdefault(qid, []).append(i)
+    ranker.score(pairs[:BATCH], batch_size=BATCH)  # warm-up: first-call allocations out of the timing
+    started = time.perf_counter()
+    for rows in questions.values():
+        ranker.rank(pairs[rows[0]][0], [pairs[i][1] for i in rows])
+    rank_s = time.perf_counter() - started
+    started = time.perf_counter()
+    ranker.score(pairs, batch_size=BATCH)
+    score_s = time.perf_counter() - started
+    return {
+        "plain-rank": _rates(len(pairs), rank_s, cores, questions=len(questions)),
+        "plain-score": _rates(len(pairs), score_s, cores, batch=BATCH),
+    }
+
+
+def _rates(rows: int, seconds: float, cores: int, **extra) -> dict:
+    return dict(
+        extra,
+        rows=rows,
+        seconds=round(seconds, 2),
+        pairs_per_s=round(rows / seconds, 1),
+        pairs_per_s_per_core=round(rows / seconds / cores, 1),
+        cores=cores,
+    )
+
+
+class TreeMemory:
+    """The peak PSS (MB) of a process and all its descendants, sampled in a thread every `interval` seconds."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        self.pid, self.interval, self.peak, self.processes = pid, interval, 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for process in tree:
+                try:
+                    total += process.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            if total / 2**20 > self.peak:
+                self.peak, self.processes = total / 2**20, len(tree)
+            self._stop.wait(self.interval)
+
+
+def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, folder: str) -> dict:
+    inputs = os.path.join(folder, f"input-x{repeat}")
+    os.makedirs(inputs)
+    for copy in range(repeat):
+        os.link(single, os.path.join(inputs, f"copy-{copy:03d}.parquet"))
+    output = os.path.join(folder, f"scored-x{repeat}")
+    command = [
+        sys.executable,
+        os.path.join(REPO, "jobs", "score.py"),
+        "--checkpoint",
+        checkpoint,
+        "--input",
+        inputs,
+        "--output",
+        output,
+        "--num-cpus",
+        str(cores),
+        "--actors",
+        str(cores),
+        "--batch-size",
+        str(BATCH),
+    ]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress: list[tuple[float, int]] = []  # (seconds since the start, rows scored) at each file written
+    lines: list[str] = []
+
+    def read_progress() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            found = re.search(r"^\[score\] .*\(([\d,]+) rows scored", line)
+            if found:
+                progress.append((time.perf_counter() - started, int(found.group(1).replace(",", ""))))
+
+    reader = threading.Thread(target=read_progress, daemon=True)
+    reader.start()
+    with TreeMemory(process.pid) as memory:
+        out = process.stdout.read() if process.stdout else ""
+        process.wait()
+    reader.join()
+    wall = time.perf_counter() - started
+    if process.returncode:
+        tail = "".join(lines)[-3000:]
+        raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}:\n{tail}")
+    summary = json.loads(out.strip().splitlines()[-1])
+    input_mb = sum(os.path.getsize(os.path.join(inputs, f)) for f in os.listdir(inputs)) / 2**20
+    shutil.rmtree(output)
+    shutil.rmtree(inputs)
+    steady = {}
+    if len(progress) >= 2 and progress[-1][0] > progress[0][0]:
+        # between the first file written and the last: the actors started and loaded, Ray Data streaming
+        rows, seconds = progress[-1][1] - progress[0][1], progress[-1][0] - progress[0][0]
+        steady = {
+            "steady_pairs_per_s": round(rows / seconds, 1),
+            "steady_pairs_per_s_per_core": round(rows / seconds / cores, 1),
+            "first_file_s": round(progress[0][0], 1),
+        }
+    return dict(
+        _rates(summary["rows"], summary["seconds"], cores, repeat=repeat),
+        **steady,
+        wall_s=round(wall, 1),
+        pairs_per_s_wall=round(summary["rows"] / wall, 1),
+        expected_rows=rows * repeat,
+        input_mb=round(input_mb, 1),
+        peak_pss_mb=round(memory.peak, 0),
+        processes_at_peak=memory.processes,
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=None, help="run or checkpoint folder (default: a GSAMN trained briefly)")
+    p.add_argument("--data", default=None, help="tokenised answer-selection folder (default: WikiQA, tokenised)")
+    p.add_argument("--split", default="train", help="the split whose pairs are scored (default train)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores each arm uses (default all)")
+    p.add_argument("--repeats", default="1,4,16", help="the job's input: the split's file this many times")
+    p.add_argument("--json", default=os.path.join(REPO, "docs", "bench", "scoring.json"))
+    args = p.parse_args(argv)
+    repeats = sorted({int(r) for r in args.repeats.split(",")})
+    with tempfile.TemporaryDirectory(prefix="bench-scoring-") as folder:
+        data = args.data or tokenised_wikiqa(folder)
+        checkpoint = args.checkpoint or trained_checkpoint(data, os.path.join(folder, "runs"), args.cores)
+        qids, pairs, single = pairs_of(data, args.split)
+        _log(f"{len(pairs):,} pairs of {len(set(qids)):,} questions; checkpoint {checkpoint}")
+        result: dict = {
+            "machine": f"{args.cores} cores of {os.cpu_count()} ({platform.machine()}), no GPU",
+            "checkpoint": os.path.relpath(checkpoint, REPO) if args.checkpoint else "gsamn (paper width, 4 steps)",
+            "data": os.path.relpath(args.data, REPO) if args.data else "wikiqa",
+            "split": args.split,
+            "pairs": len(pairs),
+        }
+        result.update(plain_arms(checkpoint, qids, pairs, args.cores))
+        for name in ("plain-rank", "plain-score"):
+            _log(f"{name}: {result[name]['pairs_per_s']:,} pairs/s ({result[name]['pairs_per_s_per_core']:,} a core)")
+        result["job"] = []
+        for repeat in repeats:
+            arm = job_arm(checkpoint, single, len(pairs), repeat, args.cores, folder)
+            result["job"].append(arm)
+            _log(
+                f"job x{repeat}: {arm['rows']:,} rows, {arm['pairs_per_s']:,} pairs/s ({arm['pairs_per_s_per_core']:,} "
+                f"a core; steady {arm.get('steady_pairs_per_s_per_core', '-')}), {arm['wall_s']} s wall, "
+                f"peak PSS {arm['peak_pss_mb']:,.0f} MB"
+            )
+        shutil.rmtree(os.path.dirname(single))
+    largest, smallest = result["job"][-1], result["job"][0]
+    rank, batched = result["plain-rank"]["pairs_per_s_per_core"], result["plain-score"]["pairs_per_s_per_core"]
+    result["ratios"] = {
+        "job_vs_plain_rank_per_core": round(largest["pairs_per_s_per_core"] / rank, 2),
+        "job_vs_plain_score_per_core": round(largest["pairs_per_s_per_core"] / batched, 2),
+        "job_steady_vs_plain_rank_per_core": round(largest.get("steady_pairs_per_s_per_core", 0) / rank, 2),
+        "job_steady_vs_plain_score_per_core": round(largest.get("steady_pairs_per_s_per_core", 0) / batched, 2),
+        "peak_memory_largest_vs_smallest_input": round(largest["peak_pss_mb"] / smallest["peak_pss_mb"], 2),
+        "input_largest_vs_smallest": round(largest["rows"] / smallest["rows"], 1),
+    }
+    write_result(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
