@@ -101,6 +101,7 @@ def data_steps(out: str) -> list[DataStep]:
             ["jobs/tokenize_corpora.py", "--dataset", "stackexchangeqa", "--input", seqa_raw, "--output", seqa],
             f"{seqa}/manifest.json",
         ),
+        *transfer_steps(d, s),
         DataStep(
             "squad",
             ["jobs/tokenize_corpora.py", "--dataset", "squad", "--input", squad_input, "--output", squad],
@@ -112,6 +113,53 @@ def data_steps(out: str) -> list[DataStep]:
             f"{squad}/embeddings.npy",
         ),
     ]
+
+
+# The transfer curve's corpora (GSAMN's StackExchangeQA at the paper's 15.71 negatives a positive, decontaminated
+# against WikiQA): beer alone, beer and the three largest of the ten other dumps, all eleven; and all eleven with
+# negatives mined by the shipped MiniLM in place of random ones (issue #39). Site names as the dumps' hosts.
+TRANSFER_SITES = {
+    "seqa1": ["beer"],
+    "seqa4": ["beer", "atheism", "quantumcomputing", "cardano"],
+    "seqa11": [
+        "beer",
+        "ai",
+        "atheism",
+        "cardano",
+        "economics",
+        "firearms",
+        "gadgets",
+        "htw",
+        "matheducators",
+        "quantumcomputing",
+        "stackoverflow",
+    ],
+}
+PAPER_NEGATIVES = "15.71"
+
+
+def site_dump(site: str, shared: str) -> str:
+    """`--dump HOST=PATH` for a site of ../shared/data: beer's own folder, or one of stackexchange_dumps/."""
+    if site == "beer":
+        return f"beer.stackexchange.com={shared}/stackexchange_dump_beer/Posts.xml.gz"
+    host = "stackoverflow.com" if site == "stackoverflow" else f"{site}.stackexchange.com"
+    return f"{host}={shared}/stackexchange_dumps/{site}/Posts.xml.gz"
+
+
+def transfer_steps(d: str, s: str) -> list[DataStep]:
+    """A build and its tokenisation for each corpus of the transfer curve (`KEY-build`, then `KEY`)."""
+    corpora = [(key, sites, []) for key, sites in TRANSFER_SITES.items()]
+    corpora.append(("seqa11-mined", TRANSFER_SITES["seqa11"], ["--hard-negatives", "minilm"]))
+    steps = []
+    for key, sites, extra in corpora:
+        raw, tokenised = os.path.join(d, f"{key}-build"), os.path.join(d, key)
+        dumps = [a for site in sites for a in ("--dump", site_dump(site, s))]
+        build = ["jobs/build_stackexchangeqa.py", *dumps, "--output", raw, "--negatives", PAPER_NEGATIVES]
+        build += ["--exclude-overlap", f"wikiqa={s}/wikiqa", *extra]
+        steps.append(DataStep(f"{key}-build", build, f"{raw}/stats.json"))
+        tokenise = ["jobs/tokenize_corpora.py", "--dataset", "stackexchangeqa", "--input", raw, "--output", tokenised]
+        steps.append(DataStep(key, tokenise, f"{tokenised}/manifest.json"))
+    return steps
 
 
 def link_squad(out: str) -> None:
@@ -144,6 +192,7 @@ class Row:
     source: str = ""  # where the paper's figure is
     gpu: str = ""  # what the paper's scale needs, where this machine's budget falls short
     init_from: str | None = None  # a row id whose seed-0 run this row fine-tunes
+    init_per_seed: bool = False  # fine-tune the source row's run of the same seed instead (its own pretraining)
     seeds: tuple = SEEDS
     split: str = "test"
     extra: str = ""  # why the row is left out of the hour's plan (it runs with --only or --all)

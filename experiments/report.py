@@ -36,6 +36,7 @@ from experiments.rows import (
     FULL_EPOCHS,
     FULL_PATIENCE,
     MISSING,
+    OUR_COMPARISONS,
     ROWS,
     scale_needs,
 )
@@ -440,7 +441,8 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
 
 def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
     by_id = {r.id: r for r in rows}
-    compared = [c for c in COMPARISONS if c[1] in by_id and c[2] in by_id]
+    ours_only = {c[0] for c in OUR_COMPARISONS}
+    compared = [c for c in COMPARISONS + OUR_COMPARISONS if c[1] in by_id and c[2] in by_id]
     if not compared:
         return []
     lines = [
@@ -462,8 +464,10 @@ def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
         pa = (by_id[with_it].claim_paper or by_id[with_it].paper).get(metric)
         pb = (by_id[without].claim_paper or by_id[without].paper).get(metric)
         digits = 1 if metric in ("em", "f1") else 3
-        paper_diff = pa - pb if pa is not None and pb is not None else None
+        paper_diff = pa - pb if pa is not None and pb is not None and what not in ours_only else None
         paper = f"{paper_diff:+.{digits}f}" if paper_diff is not None else "not reported"
+        if what in ours_only:
+            paper = "no paper's claim"
         profiles = (row_profile(by_id[with_it], ledger), row_profile(by_id[without], ledger))
         # the same budget: the same profile, and both rows' runs under its present plan (or both under an earlier one)
         same_plan = from_earlier_plan(by_id[with_it], ledger, earlier) == from_earlier_plan(

@@ -119,12 +119,13 @@ def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
     raise RuntimeError(f"{shown(argv)} printed no JSON summary on stdout; see {log.name}")
 
 
-def source_run(row: Row, profile: str) -> Run | None:
-    """The run a fine-tuning row starts from: its source row's first seed, in the same profile."""
+def source_run(row: Row, profile: str, seed: int) -> Run | None:
+    """The run a fine-tuning row's run of `seed` starts from, in the same profile: its source row's run of the
+    same seed where the row says `init_per_seed`, its source row's first seed otherwise."""
     if not row.init_from:
         return None
     source = next(r for r in ROWS if r.id == row.init_from)
-    return Run(source, source.seeds_of(profile)[0], profile)
+    return Run(source, seed if row.init_per_seed else source.seeds_of(profile)[0], profile)
 
 
 def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[str]]:
@@ -155,7 +156,7 @@ def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[
         "10",
         *options,
     ]
-    source = source_run(row, profile)
+    source = source_run(row, profile, seed)
     if source:
         train += ["--init-from", os.path.join(runs, source.name)]
     if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
@@ -389,19 +390,19 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
             ledger.remove(run.name)
         todo.append(run)  # a run cut off before its record resumes from its last checkpoint
     for run in list(todo):
-        source = source_run(run.row, profile)
+        source = source_run(run.row, profile, run.seed)
         if source and source not in todo and not os.path.isdir(os.path.join(out, "runs", source.name)):
             say(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
             ledger.remove(source.name)
             todo.append(source)
     for run in runs:  # a run whose source runs again fine-tunes the new checkpoint
-        source = source_run(run.row, profile)
+        source = source_run(run.row, profile, run.seed)
         if run not in todo and source is not None and source in todo:
             say(f"{run.name} fine-tunes {source.name}, which runs again: so does it")
             start_afresh(run, out)
             ledger.remove(run.name)
             todo.append(run)
-    is_source = {source_run(r.row, profile) for r in todo}
+    is_source = {source_run(r.row, profile, r.seed) for r in todo}
     order = {r.id: i for i, r in enumerate(ROWS)}
     todo.sort(
         key=lambda r: (
@@ -421,7 +422,8 @@ def data_needed(rows: list[Row], profile: str) -> set[str]:
     without fastText can run them)."""
     word_rows = [r for r in rows if r.model is not None and "--encoder-path" not in r.options_of(profile)]
     needed = {r.data for r in rows} | {f"{r.data}-vectors" for r in word_rows} | {s for r in rows for s in r.needs}
-    return needed | ({"seqa-build"} if "seqa" in needed else set())
+    builds = {step.key for step in data_steps("")} & {f"{key}-build" for key in needed}
+    return needed | builds  # a StackExchangeQA corpus is tokenised from its build
 
 
 def run_all(
@@ -469,7 +471,7 @@ def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         while pending or running:
             for item in list(pending):
-                source_of = source_run(item.row, item.profile)
+                source_of = source_run(item.row, item.profile, item.seed)
                 source = source_of.name if source_of else None
                 if source in failed:
                     pending.remove(item)

@@ -65,6 +65,38 @@ def test_a_fine_tuning_row_brings_its_pretraining_row_and_names_its_checkpoint(t
     ]
 
 
+def test_transfer_curve_rows_fine_tune_a_pretraining_run_of_their_own_seed_from_their_own_build(tmp_path):
+    """Each seed of a transfer-curve row starts from the pretraining run of the same seed (three pretrainings,
+    not one shared), on a corpus whose build step reads every site it names at the paper's ratio; the mined
+    corpus is the eleven-site build with --hard-negatives."""
+    from experiments.plan import TRANSFER_SITES, data_steps
+
+    rows = runner.selected_rows(["wikiqa/minilm-gsamn-transfer-11-sites-mined"], profile="full")
+    assert [r.id for r in rows] == ["seqa11-mined/minilm-gsamn-pretrain", "wikiqa/minilm-gsamn-transfer-11-sites-mined"]
+    for seed in (0, 1, 2):
+        argv = runner.commands(rows[1], seed, str(tmp_path), "full")[0]
+        assert argv[argv.index("--init-from") + 1] == os.path.join(
+            str(tmp_path), "runs", f"full-seqa11-mined-minilm-gsamn-pretrain-seed{seed}"
+        )
+        assert runner.source_run(rows[1], "full", seed).seed == seed
+    assert (
+        runner.source_run(table.ROWS[[r.id for r in table.ROWS].index("wikiqa/minilm-gsamn-transfer")], "full", 2).seed
+        == 0
+    )
+    assert runner.data_needed(rows, "full") == {"wikiqa", "seqa11-mined", "seqa11-mined-build"}
+    steps = {step.key: step.argv for step in data_steps(str(tmp_path))}
+    for key, sites in TRANSFER_SITES.items():
+        build = steps[f"{key}-build"]
+        dumps = [build[i + 1] for i, a in enumerate(build) if a == "--dump"]
+        assert len(dumps) == len(sites)
+        if os.path.isdir(plan.SHARED_DATA):
+            assert all(os.path.exists(d.split("=", 1)[1]) for d in dumps), dumps
+        assert build[build.index("--negatives") + 1] == "15.71" and "--hard-negatives" not in build
+    mined, random = steps["seqa11-mined-build"], steps["seqa11-build"]
+    assert mined[-2:] == ["--hard-negatives", "minilm"]
+    assert [a.replace("seqa11-mined", "seqa11") for a in mined[:-2]] == random
+
+
 def _record(row, seed, test, profile="hour"):
     return {
         "row": row,
