@@ -148,7 +148,7 @@ def site_dump(site: str, shared: str) -> str:
 
 def transfer_steps(d: str, s: str) -> list[DataStep]:
     """A build and its tokenisation for each corpus of the transfer curve (`KEY-build`, then `KEY`)."""
-    corpora = [(key, sites, []) for key, sites in TRANSFER_SITES.items()]
+    corpora: list[tuple[str, list[str], list[str]]] = [(key, sites, []) for key, sites in TRANSFER_SITES.items()]
     corpora.append(("seqa11-mined", TRANSFER_SITES["seqa11"], ["--hard-negatives", "minilm"]))
     steps = []
     for key, sites, extra in corpora:
