@@ -632,6 +632,14 @@ COMPARISONS = [
     ),
     ("DynSAN: the gate's L1 regulariser (f)", "squad/dynsan", "squad/dynsan-beta0", "f1"),
 ]
+# The transfer curve: (corpus data step, its sites, the WikiQA row fine-tuned from it), smallest first.
+TRANSFER_CURVE = [
+    ("seqa1", 1, "wikiqa/minilm-gsamn-transfer-1-site"),
+    ("seqa4", 4, "wikiqa/minilm-gsamn-transfer-4-sites"),
+    ("seqa11", 11, "wikiqa/minilm-gsamn-transfer-11-sites"),
+]
+TRANSFER_MINED = ("seqa11-mined", 11, "wikiqa/minilm-gsamn-transfer-11-sites-mined")
+
 # Questions of ours that no paper answers, tested the same way; their paper column says so.
 OUR_COMPARISONS = [
     (

@@ -319,13 +319,28 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             started = time.time()
             with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
                 _run(step.argv, env, log, summary=False)
-            ledger.add(f"data:{step.key}", {"command": shown(step.argv), "seconds": round(time.time() - started, 1)})
+            record = {"command": shown(step.argv), "seconds": round(time.time() - started, 1)}
+            ledger.add(f"data:{step.key}", dict(record, **corpus_summary(step)))
 
     started = time.time()
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         for future in [pool.submit(run_chain, steps) for steps in chains.values()]:
             future.result()
     return time.time() - started if chains else 0.0
+
+
+def corpus_summary(step: DataStep) -> dict:
+    """What a StackExchangeQA build step made, for the page: its pairs per split and how its negatives were drawn
+    (the build's stats.json); nothing for the other steps."""
+    if not step.key.endswith("-build"):
+        return {}
+    with open(step.done) as f:
+        stats = json.load(f)
+    return {
+        "pairs": stats["pairs"],
+        "splits": {split: {"questions": s["questions"], "rows": s["rows"]} for split, s in stats["splits"].items()},
+        "negatives": stats.get("negatives", {"drawn": "random"}),
+    }
 
 
 def selected_rows(patterns: list[str], everything: bool = False, profile: str = "hour") -> list[Row]:

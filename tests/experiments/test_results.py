@@ -665,3 +665,36 @@ def test_the_reports_own_outputs_do_not_make_the_code_dirty(tmp_path, monkeypatc
     assert runner.git_commit() == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert runner.git_commit() == clean + "-dirty"
+
+
+def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_at_the_papers_size(tmp_path):
+    """The transfer section reads the pairs of each corpus from its build's data record and each row's MAP with
+    its interval from per-question figures; a log-linear fit through the points is extended to the paper's 10.5M
+    pairs, in words and in the figure."""
+    import numpy as np
+
+    by_id = {r.id: r for r in table.ROWS}
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    rng = np.random.default_rng(1)
+    questions = [f"Q{i}" for i in range(80)]
+    for (key, _, row_id), pairs, level in zip(table.TRANSFER_CURVE, (4_000, 30_000, 94_000), (0.70, 0.74, 0.78)):
+        ledger.add(
+            f"data:{key}-build",
+            {
+                "command": "python jobs/build_stackexchangeqa.py ...",
+                "seconds": 1.0,
+                "splits": {"train": {"questions": 1, "rows": pairs}},
+            },
+        )
+        for seed in range(3):
+            values = {q: float(np.clip(level + rng.normal(0, 0.05), 0, 1)) for q in questions}
+            record = _record(row_id, seed, {"map": float(np.mean(list(values.values())))}, profile="full")
+            ledger.add(runner.run_name(by_id[row_id], seed, "full"), _with_questions(record, values))
+    lines = writer.transfer_section(list(by_id.values()), ledger, set(), str(tmp_path / "figures"))
+    text = "\n".join(lines)
+    assert "| seqa4 | 4 | random | 30,000 | 3 | 0.74" in text
+    assert "| seqa11-mined | 11 | mined | - | 0 | not run | - |" in text
+    fit = re.search(r"gives (0\.\d+) at the paper's 10,503,464 pairs", text)
+    slope = (0.78 - 0.70) / np.log10(94_000 / 4_000)
+    assert fit and abs(float(fit.group(1)) - (0.78 + slope * np.log10(10_503_464 / 94_000))) < 0.02
+    assert os.path.exists(tmp_path / "figures" / "transfer_curve.png")
