@@ -110,14 +110,17 @@ def check_miner(spec: MinerSpec) -> None:
     from qa_models.encoders import resolve_encoder
     from runtime.checks import UsageError
 
+    option = "--mine-retriever" if spec.checkpoint else "--hard-negatives"  # the option that named the encoder
     try:
         path = resolve_encoder(spec.retriever)
     except (ImportError, FileNotFoundError, ValueError) as error:
-        raise UsageError(f"--hard-negatives: the sentence encoder {spec.retriever}: {error}") from None
+        raise UsageError(f"{option} {spec.retriever}: {error}") from None
     if not os.path.isfile(os.path.join(path, "config.json")):
+        encoder = "'minilm', 'mpnet-base', a sentence encoder folder (config.json and tokenizer)"
+        if spec.checkpoint:
+            raise UsageError(f"--mine-retriever {spec.retriever}: neither {encoder.replace(', a', ' nor a')}")
         raise UsageError(
-            f"--hard-negatives {spec.retriever}: neither 'minilm', 'mpnet-base', a sentence encoder folder "
-            "(config.json and tokenizer) nor a checkpoint or run folder of jobs/train.py"
+            f"--hard-negatives {spec.retriever}: neither {encoder} nor a checkpoint or run folder of jobs/train.py"
         )
     if spec.checkpoint:
         from inference import Ranker
