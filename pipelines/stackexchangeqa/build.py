@@ -225,9 +225,9 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
         prepare = partial(
             mining_candidates, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool, sizes_ref=[ray.put(pool_sizes)]
         )
-        drawn = mined_negative_blocks(
-            threads, prepare, spec, _partitions(cfg), task_bytes=cfg.partition_mb << 20, gpus=cfg.mine_gpus
-        )
+        # A map task per thread block (there are at least as many as CPUs), not blocks gathered to partition_mb:
+        # embedding costs far more per byte than cutting blocks, and one task would embed a small build alone.
+        drawn = mined_negative_blocks(threads, prepare, spec, _partitions(cfg), task_bytes=1, gpus=cfg.mine_gpus)
     negatives = [block for block, _, _ in drawn]
     drawn_counts, negative_bytes = ray.get([summary for _, summary, _ in drawn]), ray.get([b for _, _, b in drawn])
     stats["negatives_short"] = sum(c["short"] for c in drawn_counts)
