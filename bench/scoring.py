@@ -211,16 +211,18 @@ def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, fo
         tail = "".join(lines)[-3000:]
         raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}:\n{tail}")
     summary = json.loads(out.strip().splitlines()[-1])
+    if summary["rows"] != rows * repeat:
+        raise SystemExit(f"the job scored {summary['rows']:,} rows of {rows * repeat:,}")
     input_mb = sum(os.path.getsize(os.path.join(inputs, f)) for f in os.listdir(inputs)) / 2**20
     shutil.rmtree(output)
     shutil.rmtree(inputs)
     steady = {}
     if len(progress) >= 2 and progress[-1][0] > progress[0][0]:
         # between the first file written and the last: the actors started and loaded, Ray Data streaming
-        rows, seconds = progress[-1][1] - progress[0][1], progress[-1][0] - progress[0][0]
+        scored, seconds = progress[-1][1] - progress[0][1], progress[-1][0] - progress[0][0]
         steady = {
-            "steady_pairs_per_s": round(rows / seconds, 1),
-            "steady_pairs_per_s_per_core": round(rows / seconds / cores, 1),
+            "steady_pairs_per_s": round(scored / seconds, 1),
+            "steady_pairs_per_s_per_core": round(scored / seconds / cores, 1),
             "first_file_s": round(progress[0][0], 1),
         }
     return dict(
@@ -228,7 +230,6 @@ def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, fo
         **steady,
         wall_s=round(wall, 1),
         pairs_per_s_wall=round(summary["rows"] / wall, 1),
-        expected_rows=rows * repeat,
         input_mb=round(input_mb, 1),
         peak_pss_mb=round(memory.peak, 0),
         processes_at_peak=memory.processes,
@@ -252,7 +253,9 @@ def main(argv=None) -> int:
         _log(f"{len(pairs):,} pairs of {len(set(qids)):,} questions; checkpoint {checkpoint}")
         result: dict = {
             "machine": f"{args.cores} cores of {os.cpu_count()} ({platform.machine()}), no GPU",
-            "checkpoint": os.path.relpath(checkpoint, REPO) if args.checkpoint else "gsamn (paper width, 4 steps)",
+            "checkpoint": os.path.basename(os.path.normpath(checkpoint))
+            if args.checkpoint
+            else "gsamn (paper width, 4 steps)",
             "data": os.path.relpath(args.data, REPO) if args.data else "wikiqa",
             "split": args.split,
             "pairs": len(pairs),
