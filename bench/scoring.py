@@ -42,25 +42,14 @@ import threading
 import time
 
 from bench.report import write_result
+from bench.training import tokenised_wikiqa  # WikiQA tokenised into a temporary folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.environ.get("QA_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
 BATCH = 256
 
 
 def _log(message: str) -> None:
     print(f"[bench-scoring] {message}", file=sys.stderr, flush=True)
-
-
-def tokenised_wikiqa(folder: str) -> str:
-    from pipelines.tokenize import TokenizeConfig, write
-
-    source = os.path.join(SHARED_DATA, "wikiqa")
-    if not os.path.isdir(source):
-        raise SystemExit(f"{source} not found: pass --data, a folder written by jobs/tokenize_corpora.py")
-    out = os.path.join(folder, "wikiqa")
-    write(TokenizeConfig(dataset="wikiqa", input=source, output=out))
-    return out
 
 
 def trained_checkpoint(data: str, folder: str, cores: int) -> str:

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.blocks import trim_when_idle
-from pipelines.negatives import NEGATIVES
+from pipelines.negatives import NEGATIVES, shortfall_rows
 
 # One row per (pool answer, pool group) and per kept question, in the group the question draws from.
 MINING = pa.schema(
@@ -77,10 +77,6 @@ class MinerSpec:
     max_similarity: float = 0.95
     batch_size: int = 64
     max_len: int = 256
-
-    @property
-    def name(self) -> str:
-        return self.checkpoint or self.retriever
 
 
 def is_checkpoint(path: str) -> bool:
@@ -395,20 +391,7 @@ def _shortfall(questions: pa.Table, got: np.ndarray) -> pa.Table:
     wanted = questions["wanted"].to_numpy()
     got = got if len(got) else np.zeros(len(wanted), np.int64)
     short = np.flatnonzero(wanted > got)
-    m = len(short)
-    lacking = questions.select(["qid", "site", "split"]).take(pa.array(short, pa.int64()))
-    return pa.table(
-        {
-            "qid": lacking["qid"],
-            "question": pa.array([""] * m, pa.string()),
-            "aid": pa.array([""] * m, pa.string()),
-            "answer": pa.array([""] * m, pa.string()),
-            "score": pa.array(np.zeros(m, np.int32)),
-            "site": lacking["site"],
-            "split": lacking["split"],
-            "short": pa.array((wanted - got)[short].astype(np.int64)),
-        }
-    ).cast(NEGATIVES)
+    return shortfall_rows(questions, short, (wanted - got)[short])
 
 
 def mined_negative_blocks(

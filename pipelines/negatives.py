@@ -389,9 +389,16 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
             "short": pa.array(np.zeros(len(picked_pool), np.int64)),
         }
     )
-    m = len(short_request)
-    lacking = requests.select(["qid", "site", "split"]).take(pa.array(short_request, pa.int64()))
-    shortfall = pa.table(
+    shortfall = shortfall_rows(requests, np.asarray(short_request, np.int64), np.asarray(short_count, np.int64))
+    return pa.concat_tables([drawn.cast(NEGATIVES), shortfall])
+
+
+def shortfall_rows(asking: pa.Table, rows: np.ndarray, short: np.ndarray) -> pa.Table:
+    """NEGATIVES rows that carry only a shortfall: for each of `asking`'s `rows` (a table with qid, site and split)
+    the negatives it fell `short` of, with no answer."""
+    m = len(rows)
+    lacking = asking.select(["qid", "site", "split"]).take(pa.array(rows, pa.int64()))
+    return pa.table(
         {
             "qid": lacking["qid"],
             "question": pa.array([""] * m, pa.string()),
@@ -400,10 +407,9 @@ def sample_buckets(block: pa.Table, seed: int) -> pa.Table:
             "score": pa.array(np.zeros(m, np.int32)),
             "site": lacking["site"],
             "split": lacking["split"],
-            "short": pa.array(np.asarray(short_count, np.int64)),
+            "short": pa.array(np.asarray(short, np.int64)),
         }
-    )
-    return pa.concat_tables([drawn.cast(NEGATIVES), shortfall.cast(NEGATIVES)])
+    ).cast(NEGATIVES)
 
 
 def count_pool_groups(pool, mode: str) -> dict[str, int]:
