@@ -589,6 +589,38 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
+def rerun_section(ledger: Ledger) -> list[str]:
+    """The records re-run from their stored arguments (experiments/rerun.py's `rerun:RUN` checks)."""
+    checks = {k.removeprefix("rerun:"): r for k, r in sorted(ledger.records.items()) if k.startswith("rerun:")}
+    lines = [
+        "## Re-running a record",
+        "",
+        "`python experiments/rerun.py --pick-random` draws a record that can re-run on the machine at hand and runs "
+        "its stored argument lists again, from the code of the commit it names (`git archive`), writing under "
+        "`out/rerun` only; `--record RUN` names one. Its test figure is set against the record's (the same within "
+        "0.002), and the scored checkpoint's weights against the recorded checkpoint's, where it is on that machine.",
+        "",
+    ]
+    if not checks:
+        return lines + ["No record has been re-run yet.", ""]
+    lines += [
+        "| record | its commit | device | figure | recorded | re-run | difference | weights | drawn |",
+        "|---|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for name, c in checks.items():
+        rerun = "-" if c.get("rerun") is None else f"{c['rerun']:.4f}"
+        difference = "-" if c.get("difference") is None else f"{c['difference']:+.4f}"
+        checkpoint = {True: "the same weights", False: "other weights"}.get(c.get("weights_identical"), "-")
+        drawn = c.get("drawn")
+        drawn_text = f"--seed {drawn['seed']}, of {drawn['eligible']}" if drawn else "named"
+        verdict = "" if c.get("same") else " (**not the same**)"
+        lines.append(
+            f"| {name} | {c['commit']} | {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "
+            f"| {c['recorded']:.4f} | {rerun} | {difference}{verdict} | {checkpoint} | {drawn_text} |"
+        )
+    return lines + [""]
+
+
 def runs_section(runs: dict, ledger: Ledger) -> list[str]:
     lines = [
         "## Every run",
@@ -638,6 +670,7 @@ def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None
         + recipes_section(rows)
         + missing_section(rows, ledger)
         + efficiency_section(cases, ledger)
+        + rerun_section(ledger)
         + runs_section(runs, ledger)
     )
     staged = report + ".partial"

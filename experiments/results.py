@@ -46,6 +46,7 @@ from experiments.runner import (
     git_commit,
     machine_description,
     plan_of,
+    rerun_reason,
     run_all,
     run_efficiency,
     selected_rows,
@@ -125,10 +126,12 @@ def main(argv=None) -> int:
     if args.dry_run:
         for step in data_steps(out):
             print(shown(step.argv))
+        clean_tree = not git_commit().endswith("-dirty")
         for row in rows:
             for seed in row.seeds_of(args.profile, seeds):
                 run = Run(row, seed, args.profile)
-                recorded = ledger.records.get(run.name, {}).get("plan") == plan_of(run, out)
+                record = ledger.records.get(run.name, {})
+                recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(record, clean_tree, args.retest)
                 for argv in commands(row, seed, out, args.profile):
                     print(("# recorded: " if recorded else "") + shown(argv))
         print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))

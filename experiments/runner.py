@@ -97,10 +97,10 @@ class Ledger:
 
 
 @overload
-def _run(argv: list[str], env: dict, log, summary: Literal[True] = True) -> dict: ...
+def run_job(argv: list[str], env: dict, log, summary: Literal[True] = True) -> dict: ...
 @overload
-def _run(argv: list[str], env: dict, log, summary: Literal[False]) -> None: ...
-def _run(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
+def run_job(argv: list[str], env: dict, log, summary: Literal[False]) -> None: ...
+def run_job(argv: list[str], env: dict, log, summary: bool = True) -> dict | None:
     """Run `python ARGV` from the repository root; return the JSON summary each job prints last on stdout."""
     started = time.time()
     process = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -245,7 +245,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     started = time.time()
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
-        summaries = [_run(on_device(argv, gpus_per_run), env, log) for argv in argvs]
+        summaries = [run_job(on_device(argv, gpus_per_run), env, log) for argv in argvs]
     seconds = time.time() - started
     record = {
         "row": row.id,
@@ -318,7 +318,7 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             say(f"data {step.key}: {shown(step.argv)}")
             started = time.time()
             with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
-                _run(step.argv, env, log, summary=False)
+                run_job(step.argv, env, log, summary=False)
             record = {"command": shown(step.argv), "seconds": round(time.time() - started, 1)}
             ledger.add(f"data:{step.key}", dict(record, **corpus_summary(step)))
 
@@ -535,7 +535,7 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
     say(f"efficiency: {shown(argv)}")
     started = time.time()
     with open(os.path.join(out, "logs", "efficiency.log"), "w") as log:
-        _run(argv, dict(os.environ), log, summary=False)
+        run_job(argv, dict(os.environ), log, summary=False)
     with open(path) as f:
         cases = json.load(f)["cases"]
     ledger.add(

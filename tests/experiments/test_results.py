@@ -454,11 +454,11 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
 def test_a_jobs_summary_is_its_last_json_line_even_with_ray_log_lines_after_it(tmp_path):
     with open(tmp_path / "log", "w") as log:
         code = "print('starting'); print('{\"metrics\": {\"map\": 0.5}}'); print('(RayTrainWorker pid=1) done')"
-        assert runner._run(["-c", code], dict(os.environ), log) == {"metrics": {"map": 0.5}}
+        assert runner.run_job(["-c", code], dict(os.environ), log) == {"metrics": {"map": 0.5}}
         with pytest.raises(RuntimeError, match="no JSON summary"):
-            runner._run(["-c", "print('nothing')"], dict(os.environ), log)
+            runner.run_job(["-c", "print('nothing')"], dict(os.environ), log)
         with pytest.raises(RuntimeError, match="exit code 3"):
-            runner._run(["-c", "import sys; sys.exit(3)"], dict(os.environ), log)
+            runner.run_job(["-c", "import sys; sys.exit(3)"], dict(os.environ), log)
 
 
 def test_the_three_epoch_cross_encoder_says_how_much_of_the_gap_is_the_training_budget(tmp_path):
@@ -634,6 +634,24 @@ def test_rows_from_uncommitted_code_are_marked_and_a_dirty_tree_is_refused(tmp_p
     assert refused.value.code == 2 and "--allow-dirty" in capsys.readouterr().err
     assert not os.path.exists(ledger_path)  # refused before any work
     assert results.main(["--dry-run", "--only", "wikiqa/iarnn-gate", "--ledger", ledger_path]) == 0
+
+
+def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tree(tmp_path, monkeypatch, capsys):
+    from experiments import results
+
+    gate = next(r for r in table.ROWS if r.id == "trecqa/iarnn-gate")
+    out = str(tmp_path / "out")  # outside the repository: commands name it as it is
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for seed, commit in ((0, "abc1234"), (1, "abc1234-dirty"), (2, "abc1234")):
+        run = plan.Run(gate, seed, "full")
+        ledger.add(run.name, dict(_record(gate.id, seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out)))
+        ledger.add(run.name, dict(ledger.records[run.name], commit=commit))
+    for tree, due in (("def5678", {"seed1"}), ("def5678-dirty", set())):
+        monkeypatch.setattr(results, "git_commit", lambda tree=tree: tree)
+        argv = ["--dry-run", "--profile", "full", "--only", gate.id, "--ledger", ledger.path, "--out", out]
+        assert results.main([*argv, "--skip-efficiency"]) == 0
+        listed = [line for line in capsys.readouterr().out.splitlines() if "iarnn-gate" in line]
+        assert {line.split("--name ")[1].split()[0][-5:] for line in listed if not line.startswith("#")} == due
 
 
 def test_a_record_names_the_software_it_ran_with():

@@ -1,0 +1,335 @@
+"""Re-run one record of the results ledger from what it stored, and say whether its figures come back.
+
+    python experiments/rerun.py (--record RUN | --pick-random [--seed N] [--max-seconds S])
+        [--ledger docs/results/ledger.json] [--out out/rerun] [--tolerance 0.002]
+
+A reviewer's check of the results page. The record's own argument lists (`argv`: every option, device options
+included) run again from the code of the commit the record names, extracted with `git archive` into OUT (the working
+tree is left alone and need not be clean), from the repository root, so that the data paths it names
+(`out/results/data/...`) are the ones it read, on a Ray instance of its own. Only where the run writes moves, into
+OUT (`--storage-path`, `--test-output`, `--output`): the recorded run's checkpoint stays as it was. A fine-tuning
+run's starting checkpoint must be here with the sha256 its record names (re-run its source first otherwise); data
+the run reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
+
+Refused before any work: a record from uncommitted code (no commit holds what it ran), a commit this clone lacks,
+a GPU record where no GPU is (the same device kind), an OUT that holds one of the run's inputs or is the results'
+OUT. `--pick-random` draws among the records that can re-run here (those, and at most --max-seconds recorded),
+with the seed it prints, so a draw can be repeated.
+
+The re-run's test figures are set against the record's: the same within --tolerance on the record's first figure
+(MAP for answer selection, F1 for reading comprehension, accuracy for multiple choice); also whether the scored
+checkpoint holds the same weights, bit for bit, where the recorded one is here. The check goes into the ledger as
+`rerun:RUN` (the page lists it) and is printed as one JSON line; the exit status is 1 when the figures differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clone that is not pip-installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.plan import REPO, say
+from experiments.rows import ROWS
+from experiments.runner import Ledger, data_needed, git_commit, prepare_data, run_job
+
+# The options of the ledger's commands that name what a run writes, and where a re-run writes instead.
+OUTPUT_OPTIONS = {"--storage-path": "runs", "--test-output": "predictions", "--output": "predictions"}
+INPUT_OPTIONS = ("--data", "--init-from", "--embeddings")
+PRIMARY_FIGURES = ("map", "f1", "accuracy")  # the first of these a record's test figures hold is its figure
+
+
+class RerunRefused(SystemExit):
+    """A record that cannot re-run here, with the one line that says why."""
+
+    def __init__(self, message: str):
+        super().__init__(f"rerun: {message}")
+
+
+def option_values(argv: list[str], option: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == option]
+
+
+def redirected(argv: list[str], scratch: str, name: str) -> list[str]:
+    """`argv` with what it writes (OUTPUT_OPTIONS) moved under `scratch`: its run folders to scratch/runs, a
+    predictions file to scratch/predictions/NAME.jsonl. Every other argument is as recorded."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg in OUTPUT_OPTIONS:
+            folder = os.path.join(scratch, OUTPUT_OPTIONS[arg])
+            out[i + 1] = folder if arg == "--storage-path" else os.path.join(folder, name + ".jsonl")
+    return out
+
+
+def primary_figure(test: dict) -> str:
+    figure = next((m for m in PRIMARY_FIGURES if isinstance(test.get(m), (int, float))), None)
+    if figure is None:
+        raise RerunRefused(f"the record's test figures ({sorted(test)}) hold none of {', '.join(PRIMARY_FIGURES)}")
+    return figure
+
+
+def is_gpu_record(record: dict) -> bool:
+    return str(record.get("device", "cpu")).startswith("cuda") or any("--use-gpu" in a for a in record.get("argv", []))
+
+
+def why_not_here(name: str, record: dict, gpu_here: bool, commit_known) -> str | None:
+    """Why the run record `name` cannot re-run on this machine, or None."""
+    if "test" not in record:
+        return f"{name}: not a run record with test figures"
+    if "argv" not in record:  # its `commands` may lack the device options it ran with
+        return f"{name}: recorded before records kept the argument lists that ran (argv); re-run its row first"
+    commit = str(record.get("commit", ""))
+    if commit.endswith("-dirty") or commit in ("", "unknown"):
+        return f"{name}: ran from uncommitted code (commit {commit or '?'}); no commit holds what it ran"
+    if not commit_known(commit):
+        return f"{name}: its commit {commit} is not in this clone (fetch it first)"
+    if is_gpu_record(record) and not gpu_here:
+        device = record.get("device", "a GPU")
+        return f"{name}: ran on {device}; it re-runs on the same kind of device, and none is here"
+    return None
+
+
+def source_checkpoint_problem(name: str, record: dict) -> str | None:
+    """Why a fine-tuning record's starting checkpoint is not the one it started from here, or None."""
+    from pipelines.shards import sha256_file
+    from training.checkpoints import resolve_checkpoint
+
+    for argv in record["argv"]:
+        for source in option_values(argv, "--init-from"):
+            try:
+                checkpoint = resolve_checkpoint(os.path.join(REPO, source), "best")
+            except Exception as error:  # a missing or unreadable run folder: say which
+                return f"{name}: starts from {source}, which is not here ({error})"
+            recorded = record.get("init_checkpoint_sha256")
+            if recorded and sha256_file(os.path.join(checkpoint, "state.pt")) != recorded:
+                return (
+                    f"{name}: starts from {source}, whose best checkpoint here is not the one it fine-tuned "
+                    "(sha256 differs); re-run the source record first"
+                )
+    return None
+
+
+def commit_in_clone(commit: str) -> bool:
+    found = subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    return found.returncode == 0
+
+
+def cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pick(ledger: Ledger, seed: int, max_seconds: float | None) -> tuple[str, int]:
+    """A record drawn with `seed` among those that can re-run here; (its name, how many could)."""
+    gpu = cuda_here()
+    eligible = sorted(
+        name
+        for name, record in ledger.records.items()
+        if ":" not in name
+        and isinstance(record, dict)
+        and "argv" in record
+        and (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
+        and why_not_here(name, record, gpu, commit_in_clone) is None
+        and source_checkpoint_problem(name, record) is None
+    )
+    if not eligible:
+        raise RerunRefused("no record of the ledger can re-run here (see --max-seconds)")
+    return random.Random(seed).choice(eligible), len(eligible)
+
+
+def extract_code(commit: str, scratch: str) -> str:
+    """The tracked files of `commit`, as `git archive` gives them, in scratch/code-COMMIT (made once, whole)."""
+    code = os.path.join(scratch, f"code-{commit}")
+    if os.path.isdir(code):
+        return code
+    os.makedirs(scratch, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=f".code-{commit}-", dir=scratch)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(staged, filter="data")
+    os.replace(staged, code)
+    return code
+
+
+def check_scratch(scratch: str, record: dict) -> None:
+    """Refuse an OUT that is, holds or lies in what the run reads or where the results keep their runs (OUT/runs
+    would then be the recorded runs' folder)."""
+    from pipelines.atomic import OutputError, real_path, within_folder
+
+    real = real_path(scratch)
+    for argv in record["argv"]:
+        runs = option_values(argv, "--storage-path")
+        for path in [v for option in INPUT_OPTIONS for v in option_values(argv, option)] + runs:
+            where = real_path(os.path.join(REPO, path))
+            if (
+                within_folder(where, real)
+                or within_folder(real, where)
+                or (path in runs and where == os.path.join(real, "runs"))
+            ):
+                raise OutputError(
+                    f"--out {scratch}: overlaps {path}, which the record's run reads or the results keep their "
+                    "runs in; name a folder of its own"
+                )
+
+
+def prepare_inputs(record: dict, env: dict) -> None:
+    """Run the data steps (experiments/results.py's) for data the record reads and this machine lacks."""
+    missing = [
+        path
+        for argv in record["argv"]
+        for option in ("--data", "--embeddings")
+        for path in option_values(argv, option)
+        if not os.path.exists(os.path.join(REPO, path))
+    ]
+    if not missing:
+        return
+    row = next((r for r in ROWS if r.id == record.get("row")), None)
+    data = option_values(record["argv"][0], "--data")
+    if row is None or not data:
+        raise RerunRefused(f"{', '.join(missing)}: not here, and no row of the plan says how to prepare it")
+    out = os.path.dirname(os.path.dirname(data[0]))  # rows read OUT/data/KEY
+    say(f"{', '.join(missing)}: not here; preparing it with experiments/results.py's data steps")
+    with tempfile.TemporaryDirectory() as scratch_ledger:  # the committed ledger's data records stay as they are
+        prepare_data(out, env, Ledger(os.path.join(scratch_ledger, "ledger.json")), data_needed([row], "full"), 1)
+
+
+def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
+    """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it."""
+    gpu = is_gpu_record(record) and cuda_here()
+    problem = why_not_here(name, record, gpu or not is_gpu_record(record), commit_in_clone)
+    problem = problem or source_checkpoint_problem(name, record)
+    if problem:
+        raise RerunRefused(problem)
+    check_scratch(scratch, record)
+    figure = primary_figure(record["test"])
+    # a Ray instance of its own: workers of a running results.py's instance would import that tree's code
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
+    prepare_inputs(record, env)
+    code = extract_code(record["commit"], scratch)
+    env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else code
+    argvs = [redirected(argv, scratch, name) for argv in record["argv"]]
+    shutil.rmtree(os.path.join(scratch, "runs", name), ignore_errors=True)  # this tool's own earlier re-run
+    os.makedirs(os.path.join(scratch, "logs"), exist_ok=True)
+    started = time.time()
+    say(f"{name}: re-running from commit {record['commit']} (recorded {record.get('seconds', 0):.0f} s)")
+    with open(os.path.join(scratch, "logs", name + ".log"), "w") as log:
+        summaries = [run_job([os.path.join(code, argv[0]), *argv[1:]], env, log) for argv in argvs]
+    seconds = time.time() - started
+    last = summaries[-1]
+    figures = last["test"]["metrics"] if last.get("test") else last["metrics"]
+    check = {
+        "record": name,
+        "commit": record["commit"],
+        "argv": argvs,
+        "device": record.get("device", "cpu") if not gpu else _gpu_name(),
+        "recorded_device": record.get("device", "cpu"),
+        "figure": figure,
+        "recorded": record["test"][figure],
+        "rerun": figures.get(figure),
+        "tolerance": tolerance,
+        "seconds": round(seconds, 1),
+        "recorded_seconds": record.get("seconds"),
+        "finished": datetime.date.today().isoformat(),
+        "tool_commit": git_commit(),
+    }
+    check["difference"] = None if check["rerun"] is None else check["rerun"] - check["recorded"]
+    check["same"] = check["difference"] is not None and abs(check["difference"]) <= tolerance
+    if last.get("test"):
+        check["weights_identical"] = same_weights(recorded_checkpoint(record), last["test"]["checkpoint"])
+    return check
+
+
+def recorded_checkpoint(record: dict) -> str | None:
+    """The checkpoint the record scored, where it is on this machine as the record left it (its sha256), or None.
+    Records name it relative to the results' OUT, the folder above --storage-path."""
+    from pipelines.shards import sha256_file
+
+    storage = option_values(record["argv"][-1], "--storage-path")
+    if not storage or not record.get("checkpoint") or not record.get("checkpoint_sha256"):
+        return None
+    path = os.path.join(REPO, os.path.dirname(storage[0]), record["checkpoint"])
+    state = os.path.join(path, "state.pt")
+    return path if os.path.exists(state) and sha256_file(state) == record["checkpoint_sha256"] else None
+
+
+def same_weights(recorded: str | None, rerun_checkpoint: str) -> bool | None:
+    """Whether two checkpoints hold the same model weights, bit for bit (their state.pt files differ anyway: they
+    carry the seconds trained); None where the recorded checkpoint is not here."""
+    if recorded is None:
+        return None
+    import torch
+
+    ours, theirs = (
+        torch.load(os.path.join(c, "state.pt"), map_location="cpu", weights_only=True)["model"]
+        for c in (recorded, rerun_checkpoint)
+    )
+    return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return f"cuda: {torch.cuda.get_device_name(0)}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--record", help="the ledger key of the run to re-run (e.g. full-trecqa-qrnn-seed2)")
+    which.add_argument("--pick-random", action="store_true", help="draw one of the records that can re-run here")
+    p.add_argument("--seed", type=int, help="the draw's seed (default: a fresh one, printed)")
+    p.add_argument("--max-seconds", type=float, help="draw only among records that trained at most this long")
+    p.add_argument("--ledger", default=os.path.join(REPO, "docs", "results", "ledger.json"))
+    p.add_argument("--out", default=os.path.join(REPO, "out", "rerun"), help="the code, runs and logs of re-runs")
+    p.add_argument("--tolerance", type=float, default=0.002, help="the largest difference that counts as the same")
+    p.add_argument("--no-record", action="store_true", help="leave the ledger as it is")
+    args = p.parse_args(argv)
+    if args.seed is not None and not args.pick_random:
+        p.error("--seed draws a record: it goes with --pick-random")
+    if not 0 <= args.tolerance < 1:
+        p.error(f"--tolerance {args.tolerance}: a difference of figures between 0 and 1")
+    ledger = Ledger(args.ledger)
+    drawn = None
+    if args.pick_random:
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+        name, eligible = pick(ledger, seed, args.max_seconds)
+        drawn = {"seed": seed, "eligible": eligible, "max_seconds": args.max_seconds}
+        say(f"drew {name} of {eligible} records that can re-run here (--seed {seed})")
+    else:
+        name = args.record
+        if name not in ledger.records or ":" in name:
+            raise RerunRefused(f"--record {name}: not a run of {args.ledger}")
+    check = rerun(name, ledger.records[name], args.out, args.tolerance)
+    if drawn:
+        check["drawn"] = drawn
+    if not args.no_record:
+        ledger.add(f"rerun:{name}", check)
+    if check["rerun"] is None:
+        say(f"{name}: the re-run printed no test {check['figure']}; see {args.out}/logs/{name}.log")
+    else:
+        say(
+            f"{name}: test {check['figure']} {check['recorded']:.4f} recorded, {check['rerun']:.4f} re-run "
+            f"({check['difference']:+.4f}): {'the same' if check['same'] else 'DIFFERENT'} within {args.tolerance}"
+            + {True: "; the same weights", False: "; other weights", None: ""}[check.get("weights_identical")]
+        )
+    print(json.dumps(check))
+    return 0 if check["same"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""experiments/rerun.py: a ledger record re-runs from its commit and stored arguments, writing only under its own
+folder, and its figures are set against the record's."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import rerun
+from experiments.plan import REPO
+from experiments.runner import Ledger
+from tests.conftest import make_tokenised
+
+HEAD = subprocess.run(
+    ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+).stdout.strip()
+needs_git = pytest.mark.skipif(not HEAD, reason="not a git checkout: records name commits")
+
+
+def _record(commit=HEAD, argv=None, **fields):
+    argv = argv or [
+        "jobs/train.py",
+        "--model",
+        "qrnn",
+        "--data",
+        "out/results/data/trecqa",
+        "--storage-path",
+        "out/results/runs",
+        "--name",
+        "run",
+        "--test-split",
+        "test",
+        "--test-output",
+        "out/results/predictions/run.jsonl",
+    ]
+    return {"row": "trecqa/qrnn", "argv": [argv], "commit": commit, "device": "cpu", "test": {"map": 0.5}, **fields}
+
+
+def test_a_rerun_writes_only_under_its_own_folder():
+    argv = _record()["argv"][0]
+    moved = rerun.redirected(argv, "/scratch", "run")
+    assert moved[moved.index("--storage-path") + 1] == "/scratch/runs"
+    assert moved[moved.index("--test-output") + 1] == "/scratch/predictions/run.jsonl"
+    unchanged = [
+        i for i, arg in enumerate(argv) if arg not in ("out/results/runs", "out/results/predictions/run.jsonl")
+    ]
+    assert [moved[i] for i in unchanged] == [argv[i] for i in unchanged]
+    zero_shot = ["jobs/zero_shot.py", "--data", "d", "--output", "out/results/predictions/z.jsonl"]
+    assert rerun.redirected(zero_shot, "/s", "z")[-1] == "/s/predictions/z.jsonl"
+
+
+@needs_git
+def test_records_that_cannot_rerun_here_say_why():
+    known = rerun.commit_in_clone
+    assert rerun.why_not_here("r", _record(), gpu_here=False, commit_known=known) is None
+    cases = [
+        (_record(commit=HEAD + "-dirty"), "ran from uncommitted code"),
+        (_record(commit="0000000"), "its commit 0000000 is not in this clone"),
+        (_record(device="cuda: NVIDIA H100 80GB HBM3"), "same kind of device, and none is here"),
+        ({k: v for k, v in _record().items() if k != "argv"}, "argument lists that ran (argv)"),
+        ({k: v for k, v in _record().items() if k != "test"}, "not a run record with test figures"),
+    ]
+    for record, fragment in cases:
+        assert fragment in rerun.why_not_here("r", record, gpu_here=False, commit_known=known)
+    gpu_argv = [*_record()["argv"][0], "--use-gpu", "--gpus-per-worker", "0.5"]
+    assert rerun.why_not_here("r", _record(argv=gpu_argv, device="cpu"), False, known) is not None
+    assert rerun.why_not_here("r", _record(argv=gpu_argv), gpu_here=True, commit_known=known) is None
+
+
+def test_the_figure_compared_is_the_records_first(tmp_path):
+    assert rerun.primary_figure({"map": 0.5, "mrr": 0.6}) == "map"
+    assert rerun.primary_figure({"em": 0.5, "f1": 0.6}) == "f1"
+    with pytest.raises(SystemExit, match="hold none of"):
+        rerun.primary_figure({"questions": 3})
+
+
+def test_an_out_folder_over_the_runs_inputs_or_the_results_is_refused(tmp_path):
+    from pipelines.atomic import OutputError
+
+    record = _record()
+    for folder in ("out/results", "out/results/data", "out/results/runs/x", "out"):
+        with pytest.raises(OutputError, match="overlaps"):
+            rerun.check_scratch(os.path.join(REPO, folder), record)
+    rerun.check_scratch(str(tmp_path / "rerun"), record)
+    rerun.check_scratch(os.path.join(REPO, "out", "rerun"), record)
+
+
+@needs_git
+def test_a_draw_is_repeatable_and_only_among_records_that_can_rerun(tmp_path, monkeypatch):
+    monkeypatch.setattr(rerun, "cuda_here", lambda: False)
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    for i in range(6):
+        ledger.add(f"ok-{i}", _record(seconds=100 + i))
+    ledger.add("long", _record(seconds=10_000))
+    ledger.add("dirty", _record(commit=HEAD + "-dirty", seconds=1))
+    ledger.add("gpu", _record(device="cuda: NVIDIA H100 80GB HBM3", seconds=1))
+    missing_source = [*_record()["argv"][0], "--init-from", str(tmp_path / "no-such-run")]
+    ledger.add("orphan", _record(argv=missing_source, seconds=1))
+    ledger.add("data:trecqa", {"command": "python jobs/tokenize_corpora.py", "seconds": 1})
+    drawn = {rerun.pick(ledger, seed, max_seconds=1000) for seed in range(40)}
+    assert {name for name, _ in drawn} == {f"ok-{i}" for i in range(6)} and {n for _, n in drawn} == {6}
+    assert rerun.pick(ledger, 7, None) == rerun.pick(ledger, 7, None)
+    assert rerun.pick(ledger, 7, None)[1] == 7
+    with pytest.raises(SystemExit, match="no record of the ledger can re-run here"):
+        rerun.pick(ledger, 0, max_seconds=10)
+
+
+@needs_git
+def test_a_fine_tuning_record_needs_the_checkpoint_it_started_from(tmp_path):
+    from pipelines.shards import sha256_file
+    from tests.jobs.test_safety import _checkpoint
+
+    source = _checkpoint(tmp_path / "source", make_tokenised(tmp_path / "tokenised"))
+    argv = [*_record()["argv"][0], "--init-from", str(source)]
+
+    right = sha256_file(os.path.join(source, "state.pt"))
+    assert rerun.source_checkpoint_problem("r", _record(argv=argv, init_checkpoint_sha256=right)) is None
+    wrong = rerun.source_checkpoint_problem("r", _record(argv=argv, init_checkpoint_sha256="0" * 64))
+    assert "is not the one it fine-tuned (sha256 differs)" in wrong
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@needs_git
+def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_path):
+    """A real record: a small GSAMN run of jobs/train.py at HEAD, recorded as experiments/results.py records one;
+    rerun.py runs its argv again from `git archive HEAD` and finds the same test MAP and the same weights."""
+    from experiments.runner import run_job
+    from pipelines.shards import sha256_file
+
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--", "training", "qa_models", "jobs", "pipelines"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if status.strip():
+        pytest.skip("the training code differs from HEAD: a record of it would not name the code that ran")
+    tiny = make_tokenised(tmp_path / "tokenised", questions=8)
+    argv = ["jobs/train.py", "--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs")]
+    argv += ["--name", "tiny", "--dim", "16", "--batch-size", "4", "--max-steps", "6", "--num-cpus", "2"]
+    argv += ["--seed", "3", "--test-split", "test", "--test-output", str(tmp_path / "predictions" / "tiny.jsonl")]
+    env = dict(os.environ, RAY_ADDRESS="local")
+    with open(tmp_path / "original.log", "w") as log:
+        summary = run_job(argv, env, log)
+    checkpoint = summary["test"]["checkpoint"]
+    ledger_path = str(tmp_path / "ledger.json")
+    record = {
+        "row": "wikiqa/gsamn",
+        "argv": [argv],
+        "commit": HEAD,
+        "device": "cpu",
+        "test": summary["test"]["metrics"],
+        "checkpoint": os.path.relpath(checkpoint, tmp_path),
+        "checkpoint_sha256": sha256_file(os.path.join(checkpoint, "state.pt")),
+        "seconds": 30,
+    }
+    Ledger(ledger_path).add("tiny", record)
+    before = sorted(os.listdir(tmp_path / "runs" / "tiny"))
+
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "experiments", "rerun.py"), "--record", "tiny"]
+        + ["--ledger", ledger_path, "--out", str(tmp_path / "rerun")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    check = json.loads(done.stdout.strip().splitlines()[-1])
+    assert check["same"] and check["difference"] == 0.0 and check["weights_identical"], check
+    assert os.path.isdir(tmp_path / "rerun" / f"code-{HEAD}" / "training")
+    assert os.path.exists(tmp_path / "rerun" / "predictions" / "tiny.jsonl")
+    assert sorted(os.listdir(tmp_path / "runs" / "tiny")) == before  # the recorded run is left as it was
+    assert Ledger(ledger_path).records["rerun:tiny"]["rerun"] == record["test"]["map"]
+    assert "the same within 0.002" in done.stderr
+
+
+def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
+    from experiments.report import rerun_section
+
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    assert "No record has been re-run yet." in rerun_section(ledger)
+    check = {"commit": "37900c6", "device": "cpu", "finished": "2026-11-27", "figure": "map", "recorded": 0.55}
+    ledger.add("rerun:a", dict(check, rerun=0.55, difference=0.0, same=True, weights_identical=True))
+    ledger.add("rerun:b", dict(check, rerun=0.56, difference=0.01, same=False, drawn={"seed": 4, "eligible": 21}))
+    lines = rerun_section(ledger)
+    a = next(line for line in lines if line.startswith("| a |"))
+    b = next(line for line in lines if line.startswith("| b |"))
+    assert "| 0.5500 | 0.5500 | +0.0000 | the same weights | named |" in a
+    assert "+0.0100 (**not the same**)" in b and "--seed 4, of 21" in b
