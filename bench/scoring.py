@@ -10,8 +10,10 @@ for a few steps under Ray Train into a temporary folder; its weights do not chan
 - plain-rank: one process, torch on --cores threads, `ranker.rank(question, answers)` question by question: what
   a user writes without the job;
 - plain-score: the same process, `ranker.score` over all the pairs in batches of 256 (the job's batch);
+  each plain arm with a ranker of its own, whose tokenizer has seen none of the pairs;
 - job-R: `python jobs/score.py --num-cpus C --actors C` (one CPU and one torch thread per actor) in a subprocess,
-  over a folder holding the split's file R times (R x the pairs): its wall time (Ray's start included), its own
+  over a folder holding the split's file R times (R x the pairs; every copy after the first with the copy's number
+  appended to each text, so that no tokenisation is reused across copies): its wall time (Ray's start included), its own
   rows/s (the actors' start and the checkpoint's loading included, Ray's start not), its steady rows/s (from the
   first output file written to the last: R >= 2), and its peak memory: the PSS of the job's process tree
   (driver, Ray's processes, actors; shared pages divided among the processes that map them), sampled every
@@ -89,15 +91,24 @@ def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], c
     from inference import Ranker
 
     torch.set_num_threads(cores)
-    ranker = Ranker.from_checkpoint(checkpoint, device="cpu")
     questions: dict[str, list[int]] = {}
     for i, qid in enumerate(qids):
         questions.setdefault(qid, []).append(i)
-    ranker.score(pairs[:BATCH], batch_size=BATCH)  # warm-up: first-call allocations out of the timing
+
+    def fresh_ranker():
+        # A ranker of its own for each arm: its tokenizer caches the texts it has seen, and an arm that followed
+        # another over the same pairs would tokenise nothing. Warmed up on texts outside the data (first-call
+        # allocations out of the timing, nothing of the pairs cached).
+        ranker = Ranker.from_checkpoint(checkpoint, device="cpu")
+        ranker.score([(f"warm-up question {i}", f"warm-up answer number {i}") for i in range(BATCH)], BATCH)
+        return ranker
+
+    ranker = fresh_ranker()
     started = time.perf_counter()
     for rows in questions.values():
         ranker.rank(pairs[rows[0]][0], [pairs[i][1] for i in rows])
     rank_s = time.perf_counter() - started
+    ranker = fresh_ranker()
     started = time.perf_counter()
     ranker.score(pairs, batch_size=BATCH)
     score_s = time.perf_counter() - started
@@ -119,10 +130,12 @@ def _rates(rows: int, seconds: float, cores: int, **extra) -> dict:
 
 
 class TreeMemory:
-    """The peak PSS (MB) of a process and all its descendants, sampled in a thread every `interval` seconds."""
+    """The peak PSS (MB) of a process and all its descendants, sampled in a thread every `interval` seconds, and
+    the CPU seconds each of them had used when last seen, by role (`cpu_by_role`): where the cores' time went."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         self.pid, self.interval, self.peak, self.processes = pid, interval, 0.0, 0
+        self.cpu: dict[int, tuple[str, float]] = {}  # pid: (role, user + system seconds when last sampled)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -147,6 +160,9 @@ class TreeMemory:
             for process in tree:
                 try:
                     total += process.memory_full_info().pss
+                    times = process.cpu_times()
+                    role = self.cpu[process.pid][0] if process.pid in self.cpu else process_role(process, self.pid)
+                    self.cpu[process.pid] = (role, times.user + times.system)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
             if total / 2**20 > self.peak:
@@ -154,11 +170,52 @@ class TreeMemory:
             self._stop.wait(self.interval)
 
 
+def distinct_copy(single: str, copy: int, path: str) -> None:
+    """The split's file as the job's input file `copy`: the first as it is, every other one with its number
+    appended to each question and answer (one more token), so that a larger input is new text, as a larger corpus
+    would be: the actors' tokenizer caches help within a copy (a question beside each of its answers), as in the
+    plain arms, never across copies."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(single)
+    for column in ("question", "answer") if copy else ():
+        field = table.schema.field(column)
+        marked = pc.binary_join_element_wise(table[column], pa.scalar(f"copy{copy}"), " ").cast(field.type)
+        table = table.set_column(table.schema.get_field_index(column), field, marked)
+    pq.write_table(table, path)  # every copy written alike: one schema, so the job scores them in one execution
+
+
+def process_role(process, driver: int) -> str:
+    """What a process of the job's tree does: the driver, a Ray worker by its title (ray::NAME: the scoring actors,
+    the read tasks, idle workers), or a Ray daemon by its executable's name."""
+    if process.pid == driver:
+        return "driver"
+    title = " ".join(process.cmdline()[:1])
+    if title.startswith("ray::"):
+        name = title.removeprefix("ray::").split("(")[0].split(".")[0]
+        return f"ray::{name}" if name else "ray::worker"
+    return process.name()
+
+
+def cpu_shares(cpu: dict[int, tuple[str, float]]) -> dict:
+    """CPU seconds by role, largest first, with each role's share of the total."""
+    by_role: dict[str, float] = {}
+    for role, seconds in cpu.values():
+        by_role[role] = by_role.get(role, 0.0) + seconds
+    total = sum(by_role.values()) or 1.0
+    return {
+        role: {"cpu_s": round(seconds, 1), "share": round(seconds / total, 3)}
+        for role, seconds in sorted(by_role.items(), key=lambda item: -item[1])
+    }
+
+
 def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, folder: str) -> dict:
     inputs = os.path.join(folder, f"input-x{repeat}")
     os.makedirs(inputs)
     for copy in range(repeat):
-        os.link(single, os.path.join(inputs, f"copy-{copy:03d}.parquet"))
+        distinct_copy(single, copy, os.path.join(inputs, f"copy-{copy:03d}.parquet"))
     output = os.path.join(folder, f"scored-x{repeat}")
     command = [
         sys.executable,
@@ -222,6 +279,7 @@ def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, fo
         input_mb=round(input_mb, 1),
         peak_pss_mb=round(memory.peak, 0),
         processes_at_peak=memory.processes,
+        cpu_by_role=cpu_shares(memory.cpu),
     )
 
 

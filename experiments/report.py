@@ -613,6 +613,8 @@ def rerun_section(ledger: Ledger) -> list[str]:
         checkpoint = {True: "the same weights", False: "other weights"}.get(c.get("weights_identical"), "-")
         drawn = c.get("drawn")
         drawn_text = f"--seed {drawn['seed']}, of {drawn['eligible']}" if drawn else "named"
+        if drawn and drawn.get("max_seconds"):
+            drawn_text += f" recorded in at most {drawn['max_seconds']:.0f} s"
         verdict = "" if c.get("same") else " (**not the same**)"
         lines.append(
             f"| {name} | {c['commit']} | {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "

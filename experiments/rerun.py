@@ -110,7 +110,7 @@ def source_checkpoint_problem(name: str, record: dict) -> str | None:
         for source in option_values(argv, "--init-from"):
             try:
                 checkpoint = resolve_checkpoint(os.path.join(REPO, source), "best")
-            except Exception as error:  # a missing or unreadable run folder: say which
+            except (OSError, ValueError) as error:  # a missing or unreadable run folder: say which
                 return f"{name}: starts from {source}, which is not here ({error})"
             recorded = record.get("init_checkpoint_sha256")
             if recorded and sha256_file(os.path.join(checkpoint, "state.pt")) != recorded:
@@ -210,13 +210,14 @@ def prepare_inputs(record: dict, env: dict) -> None:
 
 def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
     """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it."""
-    gpu = is_gpu_record(record) and cuda_here()
-    problem = why_not_here(name, record, gpu or not is_gpu_record(record), commit_in_clone)
+    gpu = is_gpu_record(record)
+    problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone)
     problem = problem or source_checkpoint_problem(name, record)
     if problem:
         raise RerunRefused(problem)
     check_scratch(scratch, record)
     figure = primary_figure(record["test"])
+    tool_commit = git_commit()  # this script's own code, before anything else changes the tree
     # a Ray instance of its own: workers of a running results.py's instance would import that tree's code
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
     prepare_inputs(record, env)
@@ -236,7 +237,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
         "record": name,
         "commit": record["commit"],
         "argv": argvs,
-        "device": record.get("device", "cpu") if not gpu else _gpu_name(),
+        "device": _gpu_name() if gpu else "cpu",
         "recorded_device": record.get("device", "cpu"),
         "figure": figure,
         "recorded": record["test"][figure],
@@ -245,7 +246,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
         "seconds": round(seconds, 1),
         "recorded_seconds": record.get("seconds"),
         "finished": datetime.date.today().isoformat(),
-        "tool_commit": git_commit(),
+        "tool_commit": tool_commit,
     }
     check["difference"] = None if check["rerun"] is None else check["rerun"] - check["recorded"]
     check["same"] = check["difference"] is not None and abs(check["difference"]) <= tolerance
