@@ -2,14 +2,17 @@
 and the job's memory as its input grows.
 
     python bench/scoring.py [--checkpoint RUN_OR_CHECKPOINT] [--data TOKENISED_DIR] [--split train]
-        [--cores 2] [--repeats 1,4,16] [--json docs/bench/scoring.json]
+        [--cores 2] [--repeats 1,4,16] [--job-batch 256] [--json docs/bench/scoring.json]
 
 Over the same (question, answer) pairs (a tokenised answer-selection split: WikiQA from ../shared/data by default,
 tokenised into a temporary folder first), with the same checkpoint (default: GSAMN at its paper's width trained
 for a few steps under Ray Train into a temporary folder; its weights do not change its speed):
 - plain-rank: one process, torch on --cores threads, `ranker.rank(question, answers)` question by question: what
   a user writes without the job;
-- plain-score: the same process, `ranker.score` over all the pairs in batches of 256 (the job's batch);
+- plain-score: the same process, `ranker.score` over all the pairs at once (sorted by length across all of them,
+  scored in the ranker's batches);
+- plain-chunks: `ranker.score` over consecutive chunks of --job-batch pairs in file order: the actors' work (each
+  call sorts only its own rows), in one process without Ray; the job against it is Ray's cost alone;
   each plain arm with a ranker of its own, whose tokenizer has seen none of the pairs;
 - job-R: `python jobs/score.py --num-cpus C --actors C` (one CPU and one torch thread per actor) in a subprocess,
   over a folder holding the split's file R times (R x the pairs; every copy after the first with the copy's number
@@ -47,7 +50,7 @@ from bench.report import write_result
 from bench.training import tokenised_wikiqa  # WikiQA tokenised into a temporary folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BATCH = 256
+JOB_BATCH = 256  # rows per actor call: jobs/score.py's default
 
 
 def _log(message: str) -> None:
@@ -85,7 +88,7 @@ def pairs_of(data: str, split: str) -> tuple[list[str], list[tuple[str, str]], s
     return table["qid"].to_pylist(), list(zip(table["question"].to_pylist(), table["answer"].to_pylist())), single
 
 
-def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], cores: int) -> dict:
+def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], cores: int, chunk: int) -> dict:
     import torch
 
     from inference import Ranker
@@ -100,7 +103,7 @@ def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], c
         # another over the same pairs would tokenise nothing. Warmed up on texts outside the data (first-call
         # allocations out of the timing, nothing of the pairs cached).
         ranker = Ranker.from_checkpoint(checkpoint, device="cpu")
-        ranker.score([(f"warm-up question {i}", f"warm-up answer number {i}") for i in range(BATCH)], BATCH)
+        ranker.score([(f"warm-up question {i}", f"warm-up answer number {i}") for i in range(256)])
         return ranker
 
     ranker = fresh_ranker()
@@ -110,11 +113,17 @@ def plain_arms(checkpoint: str, qids: list[str], pairs: list[tuple[str, str]], c
     rank_s = time.perf_counter() - started
     ranker = fresh_ranker()
     started = time.perf_counter()
-    ranker.score(pairs, batch_size=BATCH)
+    ranker.score(pairs)
     score_s = time.perf_counter() - started
+    ranker = fresh_ranker()
+    started = time.perf_counter()
+    for start in range(0, len(pairs), chunk):
+        ranker.score(pairs[start : start + chunk])
+    chunks_s = time.perf_counter() - started
     return {
         "plain-rank": _rates(len(pairs), rank_s, cores, questions=len(questions)),
-        "plain-score": _rates(len(pairs), score_s, cores, batch=BATCH),
+        "plain-score": _rates(len(pairs), score_s, cores),
+        "plain-chunks": _rates(len(pairs), chunks_s, cores, chunk=chunk),
     }
 
 
@@ -160,9 +169,8 @@ class TreeMemory:
             for process in tree:
                 try:
                     total += process.memory_full_info().pss
-                    times = process.cpu_times()
-                    role = self.cpu[process.pid][0] if process.pid in self.cpu else process_role(process, self.pid)
-                    self.cpu[process.pid] = (role, times.user + times.system)
+                    times = process.cpu_times()  # the role as last seen: a Ray worker takes its title as it starts
+                    self.cpu[process.pid] = (process_role(process, self.pid), times.user + times.system)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
             if total / 2**20 > self.peak:
@@ -211,7 +219,7 @@ def cpu_shares(cpu: dict[int, tuple[str, float]]) -> dict:
     }
 
 
-def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, folder: str) -> dict:
+def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, folder: str, batch: int) -> dict:
     inputs = os.path.join(folder, f"input-x{repeat}")
     os.makedirs(inputs)
     for copy in range(repeat):
@@ -231,7 +239,7 @@ def job_arm(checkpoint: str, single: str, rows: int, repeat: int, cores: int, fo
         "--actors",
         str(cores),
         "--batch-size",
-        str(BATCH),
+        str(batch),
     ]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -290,6 +298,7 @@ def main(argv=None) -> int:
     p.add_argument("--split", default="train", help="the split whose pairs are scored (default train)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores each arm uses (default all)")
     p.add_argument("--repeats", default="1,4,16", help="the job's input: the split's file this many times")
+    p.add_argument("--job-batch", type=int, default=JOB_BATCH, help="the job's --batch-size: rows per actor call")
     p.add_argument("--json", default=os.path.join(REPO, "docs", "bench", "scoring.json"))
     args = p.parse_args(argv)
     repeats = sorted({int(r) for r in args.repeats.split(",")})
@@ -306,13 +315,14 @@ def main(argv=None) -> int:
             "data": os.path.relpath(args.data, REPO) if args.data else "wikiqa",
             "split": args.split,
             "pairs": len(pairs),
+            "job_batch": args.job_batch,
         }
-        result.update(plain_arms(checkpoint, qids, pairs, args.cores))
-        for name in ("plain-rank", "plain-score"):
+        result.update(plain_arms(checkpoint, qids, pairs, args.cores, args.job_batch))
+        for name in ("plain-rank", "plain-score", "plain-chunks"):
             _log(f"{name}: {result[name]['pairs_per_s']:,} pairs/s ({result[name]['pairs_per_s_per_core']:,} a core)")
         result["job"] = []
         for repeat in repeats:
-            arm = job_arm(checkpoint, single, len(pairs), repeat, args.cores, folder)
+            arm = job_arm(checkpoint, single, len(pairs), repeat, args.cores, folder, args.job_batch)
             result["job"].append(arm)
             _log(
                 f"job x{repeat}: {arm['rows']:,} rows, {arm['pairs_per_s']:,} pairs/s ({arm['pairs_per_s_per_core']:,} "
@@ -322,11 +332,13 @@ def main(argv=None) -> int:
         shutil.rmtree(os.path.dirname(single))
     largest, smallest = result["job"][-1], result["job"][0]
     rank, batched = result["plain-rank"]["pairs_per_s_per_core"], result["plain-score"]["pairs_per_s_per_core"]
+    chunks = result["plain-chunks"]["pairs_per_s_per_core"]
     result["ratios"] = {
         "job_vs_plain_rank_per_core": round(largest["pairs_per_s_per_core"] / rank, 2),
         "job_vs_plain_score_per_core": round(largest["pairs_per_s_per_core"] / batched, 2),
         "job_steady_vs_plain_rank_per_core": round(largest.get("steady_pairs_per_s_per_core", 0) / rank, 2),
         "job_steady_vs_plain_score_per_core": round(largest.get("steady_pairs_per_s_per_core", 0) / batched, 2),
+        "job_steady_vs_plain_chunks_per_core": round(largest.get("steady_pairs_per_s_per_core", 0) / chunks, 2),
         "peak_memory_largest_vs_smallest_input": round(largest["peak_pss_mb"] / smallest["peak_pss_mb"], 2),
         "input_largest_vs_smallest": round(largest["rows"] / smallest["rows"], 1),
     }
