@@ -2,7 +2,7 @@
 and the job's memory as its input grows.
 
     python bench/scoring.py [--checkpoint RUN_OR_CHECKPOINT] [--data TOKENISED_DIR] [--split train]
-        [--cores 2] [--repeats 1,4,16] [--job-batch 256] [--json docs/bench/scoring.json]
+        [--cores 2] [--repeats 1,4,16] [--job-batch 2048] [--json docs/bench/scoring.json]
 
 Over the same (question, answer) pairs (a tokenised answer-selection split: WikiQA from ../shared/data by default,
 tokenised into a temporary folder first), with the same checkpoint (default: GSAMN at its paper's width trained
@@ -50,7 +50,7 @@ from bench.report import write_result
 from bench.training import tokenised_wikiqa  # WikiQA tokenised into a temporary folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JOB_BATCH = 256  # rows per actor call: jobs/score.py's default
+JOB_BATCH = 2048  # rows per actor call: jobs/score.py's default
 
 
 def _log(message: str) -> None:

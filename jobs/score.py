@@ -2,7 +2,7 @@
 
     python jobs/score.py --checkpoint RUN_DIR_OR_CHECKPOINT --input PARQUET_OR_DIR --output DIR
         [--question-column question] [--answer-column answer] [--actors N] [--cpus-per-actor 1]
-        [--num-gpus-per-actor 0] [--batch-size 256] [--which best|latest]
+        [--num-gpus-per-actor 0] [--batch-size 2048] [--which best|latest]
 
 A pool of actors, each holding the checkpoint's model (`inference.Ranker`: the run's tokenizer or vocabulary,
 batched and scored as jobs/evaluate.py scores a split), scores every row of the input (StackExchangeQA shards, a
@@ -38,7 +38,12 @@ def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
     p.add_argument("--question-column", default="question", help="the question text column (default question)")
     p.add_argument("--answer-column", default="answer", help="the answer text column (default answer)")
     p.add_argument("--which", default="best", choices=["best", "latest"], help="checkpoint of a run folder")
-    p.add_argument("--batch-size", type=int, default=256, help="rows per actor call (default 256)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=2048,
+        help="rows per actor call, sorted by length there and scored in the ranker's batches (default 2048)",
+    )
     p.add_argument("--actors", type=int, default=None, help="actors in the pool (default: one per CPU or GPU share)")
     p.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default 1)")
     p.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPU share of each actor (default 0: CPU)")
