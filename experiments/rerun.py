@@ -42,8 +42,9 @@ if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clo
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.plan import REPO, say
+from experiments.report import run_records
 from experiments.rows import ROWS
-from experiments.runner import Ledger, data_needed, git_commit, prepare_data, run_job
+from experiments.runner import Ledger, data_needed, device_name, git_commit, prepare_data, run_job
 
 # The options of the ledger's commands that name what a run writes, and where a re-run writes instead.
 OUTPUT_OPTIONS = {"--storage-path": "runs", "--test-output": "predictions", "--output": "predictions"}
@@ -104,7 +105,7 @@ def why_not_here(name: str, record: dict, gpu_here: bool, commit_known) -> str |
 def source_checkpoint_problem(name: str, record: dict) -> str | None:
     """Why a fine-tuning record's starting checkpoint is not the one it started from here, or None."""
     from pipelines.shards import sha256_file
-    from training.checkpoints import resolve_checkpoint
+    from training.checkpoints import STATE_FILE, resolve_checkpoint
 
     for argv in record["argv"]:
         for source in option_values(argv, "--init-from"):
@@ -113,7 +114,7 @@ def source_checkpoint_problem(name: str, record: dict) -> str | None:
             except (OSError, ValueError) as error:  # a missing or unreadable run folder: say which
                 return f"{name}: starts from {source}, which is not here ({error})"
             recorded = record.get("init_checkpoint_sha256")
-            if recorded and sha256_file(os.path.join(checkpoint, "state.pt")) != recorded:
+            if recorded and sha256_file(os.path.join(checkpoint, STATE_FILE)) != recorded:
                 return (
                     f"{name}: starts from {source}, whose best checkpoint here is not the one it fine-tuned "
                     "(sha256 differs); re-run the source record first"
@@ -139,11 +140,8 @@ def pick(ledger: Ledger, seed: int, max_seconds: float | None) -> tuple[str, int
     gpu = cuda_here()
     eligible = sorted(
         name
-        for name, record in ledger.records.items()
-        if ":" not in name
-        and isinstance(record, dict)
-        and "argv" in record
-        and (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
+        for name, record in run_records(ledger).items()
+        if (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
         and why_not_here(name, record, gpu, commit_in_clone) is None
         and source_checkpoint_problem(name, record) is None
     )
@@ -237,7 +235,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
         "record": name,
         "commit": record["commit"],
         "argv": argvs,
-        "device": _gpu_name() if gpu else "cpu",
+        "device": device_name(1 if gpu else None),
         "recorded_device": record.get("device", "cpu"),
         "figure": figure,
         "recorded": record["test"][figure],
@@ -259,12 +257,13 @@ def recorded_checkpoint(record: dict) -> str | None:
     """The checkpoint the record scored, where it is on this machine as the record left it (its sha256), or None.
     Records name it relative to the results' OUT, the folder above --storage-path."""
     from pipelines.shards import sha256_file
+    from training.checkpoints import STATE_FILE
 
     storage = option_values(record["argv"][-1], "--storage-path")
     if not storage or not record.get("checkpoint") or not record.get("checkpoint_sha256"):
         return None
     path = os.path.join(REPO, os.path.dirname(storage[0]), record["checkpoint"])
-    state = os.path.join(path, "state.pt")
+    state = os.path.join(path, STATE_FILE)
     return path if os.path.exists(state) and sha256_file(state) == record["checkpoint_sha256"] else None
 
 
@@ -275,17 +274,13 @@ def same_weights(recorded: str | None, rerun_checkpoint: str) -> bool | None:
         return None
     import torch
 
+    from training.checkpoints import STATE_FILE
+
     ours, theirs = (
-        torch.load(os.path.join(c, "state.pt"), map_location="cpu", weights_only=True)["model"]
+        torch.load(os.path.join(c, STATE_FILE), map_location="cpu", weights_only=True)["model"]
         for c in (recorded, rerun_checkpoint)
     )
     return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-
-
-def _gpu_name() -> str:
-    import torch
-
-    return f"cuda: {torch.cuda.get_device_name(0)}"
 
 
 def main(argv=None) -> int:
