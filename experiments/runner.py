@@ -159,9 +159,9 @@ def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[
     source = source_run(row, profile, seed)
     if source:
         train += ["--init-from", os.path.join(runs, source.name)]
-    if row.split != "dev":  # the run's own final dev evaluation is a dev row's figure
-        train += ["--test-split", row.split, "--test-output", predictions]
-    return [train]
+    # A dev row (SQuAD, whose test set is not public) scores its best checkpoint on dev once more: the same
+    # figures as its best dev evaluation, and the per-question records its interval and paired tests need.
+    return [train + ["--test-split", row.split, "--test-output", predictions]]
 
 
 def plan_of(run: Run, out: str) -> dict:
@@ -265,10 +265,8 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"], precision="fp32")
     else:
         train = summaries[0]
-        if train.get("test"):  # the best checkpoint's figures on the row's split, scored by the training job
-            checkpoint, figures = train["test"]["checkpoint"], train["test"]["metrics"]
-        else:  # dev rows: the best checkpoint's recorded dev figures (one evaluation, at the last step)
-            checkpoint, figures = (train.get("best") or {}).get("checkpoint") or train["checkpoint"], train["metrics"]
+        # the best checkpoint's figures on the row's split, scored by the training job
+        checkpoint, figures = train["test"]["checkpoint"], train["test"]["metrics"]
         with open(os.path.join(checkpoint, "config.json")) as f:
             config = json.load(f)
         earlier = train.get("resumed_trained_seconds") or 0.0

@@ -31,9 +31,11 @@ def test_every_planned_command_parses_with_its_job(tmp_path, profile):
                     argv = ["minilm" if a == "mpnet-base" else a for a in argv]
                 cfg, args = parsers[argv[0]](argv[1:])  # argparse exits on an unknown option or a bad --model-option
                 seen.add(argv[0])
-                if argv[0] == "jobs/train.py":  # a test row's figure is the training job's own scoring of test
-                    assert cfg.test_split == (None if row.split == "dev" else row.split), row.id
-                    assert (args.test_output is None) == (row.split == "dev"), row.id
+                if argv[0] == "jobs/train.py":  # a row's figure is the training job's own scoring of its split,
+                    # per question (a dev row's too: its interval and paired tests need the records)
+                    assert cfg.test_split == row.split, row.id
+                    predictions = os.path.join(tmp_path, "predictions", plan.run_name(row, seed, profile) + ".jsonl")
+                    assert args.test_output == predictions, row.id
                     if profile == "full" and row.section == "squad-long":  # as long as it takes: every epoch
                         assert (cfg.epochs, cfg.patience) == (table.DYNSAN_LONG_EPOCHS, 0), row.id
                     elif profile == "full" and row.section == "squad":  # the ablations' fixed budget

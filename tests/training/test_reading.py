@@ -80,6 +80,7 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
         log_every=2,
         seed=0,
         model_overrides=TINY,
+        test_split="dev",  # as the results page's dev rows run: the best checkpoint scored per question
     )
     summary = run(cfg)
     assert summary["steps"] == 6 and summary["task"] == ("extractive" if dataset == "squad" else "multiple_choice")
@@ -115,3 +116,15 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
     else:
         assert all(record["answer"] for record in records)
     json.dumps(records)  # every record can be written as a JSON line
+
+    # --test-split dev: the best checkpoint's dev figures again, with the per-question records the results page
+    # computes a dev row's interval and paired tests from
+    from experiments.runner import question_figures
+
+    test = summary["test"]
+    assert test["split"] == "dev" and test["step"] == best["step"]
+    assert test["metrics"][metrics[0]] == pytest.approx(best["value"], abs=1e-9)
+    figures = question_figures(test["predictions"])
+    assert figures["metric"] == ("f1" if dataset == "squad" else "correct")
+    assert len(figures["values"]) == manifest["splits"]["dev"]["rows"]
+    assert sum(figures["values"].values()) / len(figures["values"]) == pytest.approx(best["value"], abs=1e-4)
