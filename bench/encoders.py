@@ -12,7 +12,8 @@ layers they replace, in one run on this machine.
   faster than an LSTM, on a GPU).
 - The forget-mult recurrence alone (batch 64, d = 256): the kernel (C on CPU, Triton on a GPU) against the
   in-place torch loop and the definition step by step under autograd; and CTRN with the torch loop, for the
-  kernel's effect on the model.
+  kernel's effect on the model. On CPU also CTRN with its cells composed from torch operations around the
+  forget-mult kernel (`ctrn-unfused`) against the fused kernel of its cells and pooling (`ctrn`, the default).
 - DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
   every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
   memory like a BiLSTM's, half that of full attention).
@@ -99,10 +100,14 @@ def _ctrn_case(variant: str, length: int, device: str = "cpu"):
 
     if variant == "ctrn-torch-loop":  # each case is a fresh process: no kernel (C or Triton) is loaded in this one
         os.environ["QA_MODELS_NATIVE"] = "0"
+    if variant == "ctrn-unfused":  # the cells composed from torch operations, as on a GPU (a fresh process too)
+        import qa_models.ctrn
+
+        qa_models.ctrn.fused_cells_for = lambda gates: None
     config = CTRNConfig(
         vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
     )
-    if variant in ("ctrn", "qrnn", "ctrn-torch-loop"):
+    if variant in ("ctrn", "qrnn", "ctrn-torch-loop", "ctrn-unfused"):
         model = CTRN(config).to(device)
     else:
         model = _RecurrentPairModel(variant, config, device)
@@ -147,7 +152,7 @@ GPU_FAMILIES = ("ctrn", "forget-mult")
 BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
 VARIANTS = {
     "ggsa": ("group", "global-sdpa", "global-textbook"),
-    "ctrn": ("ctrn", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
+    "ctrn": ("ctrn", "ctrn-unfused", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
     "forget-mult": ("kernel", "torch-loop", "autograd-loop"),
     "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm"),
 }
@@ -238,10 +243,13 @@ def _ratio(cases, family, length, ours, theirs, key="seconds") -> float | None:
 
 
 def _share(cases, length) -> float | None:
+    """The four recurrences' share of the CTRN step that runs them as separate kernels: `ctrn-unfused` on CPU
+    (where `ctrn` fuses them with the rest of its cells), `ctrn` on a GPU."""
     by = {(c["family"], c["variant"], c["length"]): c["seconds"] for c in cases}
-    if ("forget-mult", "kernel", length) not in by or ("ctrn", "ctrn", length) not in by:
+    step = by.get(("ctrn", "ctrn-unfused", length)) or by.get(("ctrn", "ctrn", length))
+    if ("forget-mult", "kernel", length) not in by or step is None:
         return None
-    return round(4 * by[("forget-mult", "kernel", length)] / by[("ctrn", "ctrn", length)], 3)
+    return round(4 * by[("forget-mult", "kernel", length)] / step, 3)
 
 
 def _forget_mult_bandwidth(cases, length) -> float | None:
@@ -256,8 +264,10 @@ def _forget_mult_bandwidth(cases, length) -> float | None:
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
     "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
-    "ctrn": "CTRN's recurrence is one kernel per direction (qa_models/forget_mult.c on CPU, forget_mult_triton.py on "
-    "a GPU: one pass over memory each way); what is left is its convolutional gates and two cells per text "
+    "ctrn": "on CPU CTRN's activations, cells and mean pooling are one C kernel each way (qa_models/ctrn_cells.c: "
+    "forward reads the gates once and writes two states, backward reads them once more and writes the gates' "
+    "gradients), so what is left is its gate and projection products, near the core's matrix-product peak; on a "
+    "GPU the recurrence is one Triton kernel per direction (forget_mult_triton.py) and the rest torch operations; "
     "against the fused LSTM/GRU of oneDNN (CPU) or cuDNN (GPU)",
     "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
     "two, nine passes over memory with two multiply-adds per element (see "
@@ -304,8 +314,8 @@ def main(argv=None) -> int:
     for family in families:
         for length in lengths[family]:
             for variant in VARIANTS[family]:
-                if args.quick and variant == "bilstm":
-                    continue
+                if (args.quick and variant == "bilstm") or (args.device == "cuda" and variant == "ctrn-unfused"):
+                    continue  # on a GPU the cells are never fused: `ctrn` is that case
                 case = run_case(family, variant, length, args.threads, repeats, args.device)
                 cases.append(case)
                 saved = case.get("saved_for_backward_mb")
@@ -321,6 +331,7 @@ def main(argv=None) -> int:
         "ctrn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "ctrn", "lstm"),
         "qrnn_vs_lstm_speedup": _ratio(cases, "ctrn", 400, "qrnn", "lstm"),
         "ctrn_kernel_vs_torch_loop_speedup": _ratio(cases, "ctrn", 400, "ctrn", "ctrn-torch-loop"),
+        "ctrn_fused_vs_unfused_speedup": _ratio(cases, "ctrn", 400, "ctrn", "ctrn-unfused"),
         "forget_mult_kernel_vs_torch_loop_speedup": _ratio(cases, "forget-mult", 400, "kernel", "torch-loop"),
         "forget_mult_kernel_vs_autograd_loop_speedup": _ratio(cases, "forget-mult", 400, "kernel", "autograd-loop"),
         # CTRN runs four recurrences per pair (own and cross cell, question and answer side)

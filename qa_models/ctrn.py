@@ -21,8 +21,9 @@ CTRN-A equation writes z_t*^a in the crossed cell; we use z_t^a, as its CTRN-Q e
 fuses the partner's gates into the text's own inputs). Hadamard merge h_t = h_t^s * h_t^s+, temporal mean
 pooling over real steps, the two vectors concatenated through an MLP, and a 2-class softmax (eq. 2) trained
 with cross-entropy (eq. 3; its L2 term lambda ||theta||^2 is the recipe's `l2`, added to the loss by the training
-loop). `cross=False` is the QRNN baseline (h_t = o_t c_t, nothing crossed). The recurrences run through
-`qa_models.scan.forget_mult`.
+loop). `cross=False` is the QRNN baseline (h_t = o_t c_t, nothing crossed). `_cells` writes the cells with
+`qa_models.scan.forget_mult` (GPU, half precision); on CPU in float32/float64 the activations, cells and mean
+pooling of both texts run as one C kernel each way instead (`qa_models.scan.ctrn_cells`, tested against them).
 
 On TrecQA the paper concatenates "four word overlap features ... before the dense layers, following (Severyn and
 Moschitti 2015)" (`overlap_features=True`): the share of shared words |Q & A| / (|Q| + |A|) and its IDF-weighted
@@ -44,7 +45,7 @@ from torch import nn
 from qa_models.encoders import word_embedding_table
 from qa_models.matching import masked_mean
 from qa_models.recipes import TrainingRecipe
-from qa_models.scan import forget_mult, masked_forget
+from qa_models.scan import ctrn_cells, forget_mult, fused_cells_for, masked_forget
 
 OVERLAP_FEATURES = 4
 FIRST_WORD_ID = 4  # pipelines.vocabulary.RESERVED: <pad> <unk> <sep> <cls> are no words to share
@@ -151,15 +152,25 @@ class QuasiRecurrentGates(nn.Module):
         self.kernel = kernel
         self.conv = nn.Conv1d(dim, 3 * filters, kernel)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _window_and_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # x: (B, L, m); tap j of the kernel reads x_{t-(k-1-j)}, zeros before the first step (causal)
         k, length = self.kernel, x.size(1)
         taps = [F.pad(x, (0, 0, k - 1 - j, 0))[:, :length] if j < k - 1 else x for j in range(k)]
         window = torch.cat(taps, dim=-1) if k > 1 else x  # (B, L, k*m)
         weight = self.conv.weight.permute(0, 2, 1).reshape(self.conv.out_channels, -1)  # (3d, k*m), tap-major
         bias = self.conv.bias if self.conv.bias is not None else torch.zeros_like(weight[:, 0])
+        return window, weight, bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        window, weight, bias = self._window_and_weights(x)
         z, f, o = (F.linear(window, w, b) for w, b in zip(weight.chunk(3), bias.chunk(3)))  # each (B, L, d)
         return torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o)
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """The same sums before tanh and sigmoid, as one (B, L, 3d) product [z | f | o]: what the fused cells
+        read (one product and one gradient array instead of three)."""
+        window, weight, bias = self._window_and_weights(x)
+        return F.linear(window, weight, bias)  # (B, L, 3d)
 
 
 class CTRN(nn.Module):
@@ -187,9 +198,6 @@ class CTRN(nn.Module):
         self.mlp = nn.Sequential(nn.Dropout(config.dropout), *layers)
         self.out = nn.Linear(width, 2)  # W_f, b_f of eq. 2
 
-    def _encode(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.gates(self.project(self.embed(ids)))  # Z, F, O: (B, L, d)
-
     def _cells(self, own, partner, mask, partner_mask) -> torch.Tensor:
         z, f, o = own
         h = o * forget_mult(masked_forget(f, mask), z)  # (B, L, d)
@@ -211,10 +219,23 @@ class CTRN(nn.Module):
     ) -> torch.Tensor:
         """Logits (B, 2) for (B, Lq) question and (B, La) answer ids with their masks; softmax gives eq. 2."""
         q_mask, a_mask = question_mask.bool(), answer_mask.bool()
-        q, a = self._encode(question_ids), self._encode(answer_ids)
-        h_q = self._cells(q, a, q_mask, a_mask)  # (B, Lq, d)
-        h_a = self._cells(a, q, a_mask, q_mask)  # (B, La, d)
-        x = torch.cat([masked_mean(h_q, q_mask), masked_mean(h_a, a_mask)], dim=-1)  # (B, 2d): mean pooling
+        x_q, x_a = self.project(self.embed(question_ids)), self.project(self.embed(answer_ids))  # (B, L, m)
+        if fused_cells_for(x_q) is not None:  # CPU: activations, cells and pooling in one C kernel each way
+            q_len, a_len = q_mask.sum(1), a_mask.sum(1)
+            pooled_q, pooled_a = ctrn_cells(
+                self.gates.pre_activations(x_q),  # (B, Lq, 3d)
+                self.gates.pre_activations(x_a),  # (B, La, 3d)
+                q_mask,
+                a_mask,
+                aligned_steps(q_len, a_len, x_q.size(1)),
+                aligned_steps(a_len, q_len, x_a.size(1)),
+                self.config.cross,
+            )  # (B, d) each
+        else:
+            q, a = self.gates(x_q), self.gates(x_a)  # Z, F, O: (B, L, d) each
+            pooled_q = masked_mean(self._cells(q, a, q_mask, a_mask), q_mask)  # (B, d): mean over real steps
+            pooled_a = masked_mean(self._cells(a, q, a_mask, q_mask), a_mask)  # (B, d)
+        x = torch.cat([pooled_q, pooled_a], dim=-1)  # (B, 2d)
         if self.config.overlap_features:
             features = overlap_features(question_ids, q_mask, answer_ids, a_mask, self.idf, self.stopword)
             x = torch.cat([x, features.to(x.dtype)], dim=-1)  # (B, 2d + 4)

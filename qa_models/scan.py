@@ -26,6 +26,12 @@ compiler is found, or with `QA_MODELS_NATIVE=0`, the torch loop runs instead, wi
 with Triton, the same two passes run as one Triton kernel each (`forget_mult_triton.py`: parallel over batch rows
 and channels, sequential over time, as the QRNN paper's CUDA kernel); without Triton, or with
 `QA_MODELS_NATIVE=0`, the torch loop runs there (two elementwise kernels a step).
+
+`ctrn_cells` goes one step further for CTRN on CPU: the activations of its gates, both texts' own and crossed
+cells (two recurrences each), their Hadamard merge and the mean pooling run as one C kernel each way
+(`ctrn_cells.c`, compiled into the same library), instead of some thirty torch operations over (B, L, d) arrays,
+each a pass over memory and a fresh allocation; CTRN composes the cells from `forget_mult` where the kernel does
+not apply (GPU, half precision, no compiler).
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from typing import Any
 
 import torch
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forget_mult.c")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = [os.path.join(_HERE, "forget_mult.c"), os.path.join(_HERE, "ctrn_cells.c")]  # one library
 _FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 _UNSET = object()
 _library = _UNSET
@@ -58,11 +65,13 @@ def _compile(compiler: str) -> str:
     """The kernel's shared library path, compiled on first use. Named by a hash of the source, compiler, flags
     and machine, and written whole (temporary file, rename), so concurrent workers on a node, or nodes sharing a
     home folder, never load a half-written or foreign library."""
-    with open(_SOURCE, "rb") as f:
-        source = f.read()
+    sources = []
+    for path in _SOURCES:
+        with open(path, "rb") as f:
+            sources.append(f.read())
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(
-        b"\0".join([source, version.encode(), " ".join(_FLAGS).encode(), platform.machine().encode()])
+        b"\0".join([*sources, version.encode(), " ".join(_FLAGS).encode(), platform.machine().encode()])
     ).hexdigest()[:16]
     cache = os.environ.get("QA_MODELS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "qa_models")
     target = os.path.join(cache, f"forget_mult-{key}.so")
@@ -71,9 +80,9 @@ def _compile(compiler: str) -> str:
         fd, partial = tempfile.mkstemp(dir=cache, prefix=".forget_mult-", suffix=".so")
         os.close(fd)
         try:
-            done = subprocess.run([compiler, *_FLAGS, _SOURCE, "-o", partial], capture_output=True, text=True)
+            done = subprocess.run([compiler, *_FLAGS, *_SOURCES, "-o", partial], capture_output=True, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"{compiler} failed on {_SOURCE}: {done.stderr.strip()[-2000:]}")
+                raise RuntimeError(f"{compiler} failed on {' '.join(_SOURCES)}: {done.stderr.strip()[-2000:]}")
             os.replace(partial, target)
         finally:
             if os.path.exists(partial):
@@ -106,6 +115,10 @@ def _load_library():
     for name in ("forget_mult_f32", "forget_mult_f64"):
         getattr(library, f"{name}_forward").argtypes = [pointer] * 4 + [size] * 4
         getattr(library, f"{name}_backward").argtypes = [pointer] * 8 + [size] * 4
+        getattr(library, f"{name}_forward").restype = getattr(library, f"{name}_backward").restype = None
+    for name in ("ctrn_cells_f32", "ctrn_cells_f64"):  # both return nonzero where their scratch is not allocated
+        getattr(library, f"{name}_forward").argtypes = [pointer] * 12 + [size] * 6
+        getattr(library, f"{name}_backward").argtypes = [pointer] * 14 + [size] * 6
     return library
 
 
@@ -138,21 +151,23 @@ def _native_for(*tensors: torch.Tensor):
     return "forget_mult_f32" if dtype == torch.float32 else "forget_mult_f64"
 
 
-def _over_rows(function: Callable[..., None], rows: int, elements: int, *arguments: Any) -> None:
+def _over_rows(function: Callable[..., int | None], rows: int, elements: int, *arguments: Any) -> None:
     """`function(*arguments, row_begin, row_end)` over the batch rows, split across torch's intra-op thread
     count (ctypes releases the GIL during each call). Small inputs stay on one thread."""
     global _pool
     threads = max(1, min(torch.get_num_threads(), rows, elements >> 16))
     if threads == 1:
-        function(*arguments, 0, rows)
+        if function(*arguments, 0, rows):
+            raise MemoryError(f"{function.__name__}: out of memory for its scratch rows")
         return
     if _pool is None or _pool[0] != os.getpid():
         _pool = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="forget_mult"))
     bounds = [rows * i // threads for i in range(threads + 1)]
     pool = _pool[1]
     futures = [pool.submit(function, *arguments, bounds[i], bounds[i + 1]) for i in range(threads)]
-    for future in futures:
-        future.result()
+    codes = [future.result() for future in futures]  # every part finished before anything is raised
+    if any(codes):
+        raise MemoryError(f"{function.__name__}: out of memory for its scratch rows")
 
 
 class _ForgetMult(torch.autograd.Function):
@@ -259,3 +274,130 @@ def forget_mult_reference(f: torch.Tensor, z: torch.Tensor, c0: torch.Tensor | N
 def masked_forget(f: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Gates with f = 1 at padded steps (`mask` (B, L) True on real tokens), so padding leaves c unchanged."""
     return torch.where(mask[..., None], f, torch.ones_like(f))
+
+
+# ------------------------------------------------------------------------------------- CTRN's cells, fused (CPU)
+def activate_gates_(gates: torch.Tensor) -> torch.Tensor:
+    """Pre-activations (B, L, 3d) [z | f | o] turned in place into [tanh(z) | sigmoid(f) | sigmoid(o)]: a fresh
+    (B, L, 3d) tensor would cost a page fault per 4 KB on first touch, as much as the activations themselves."""
+    d = gates.size(-1) // 3
+    gates[..., :d].tanh_()
+    gates[..., d:].sigmoid_()
+    return gates
+
+
+def fused_cells_for(gates: torch.Tensor) -> str | None:
+    """The C kernel's function-name prefix for `ctrn_cells` on these gates (float32 or float64 CPU tensors where
+    the kernel builds), else None: the caller then composes the cells from `forget_mult` (GPU, half precision,
+    no compiler, QA_MODELS_NATIVE=0)."""
+    if gates.device.type != "cpu" or gates.dtype not in (torch.float32, torch.float64):
+        return None
+    if native_library() is None:
+        return None
+    return "ctrn_cells_f32" if gates.dtype == torch.float32 else "ctrn_cells_f64"
+
+
+class _CTRNCells(torch.autograd.Function):
+    """Activations, both texts' cells and their mean pooling as one autograd node over the C kernel
+    (`ctrn_cells.c`). Composed from torch operations, the cells take some thirty passes over (B, L, d) arrays
+    each way (activations, padding masks, two recurrences, gathers of the partner's gates, three products, the
+    mean, and each one's backward), which on CPU cost as much as CTRN's matrix products; fused, forward reads the
+    activations once and writes the two states, and backward reads them once more and writes the gates'
+    gradients."""
+
+    @staticmethod
+    def forward(ctx, gates_q, gates_a, mask_q, mask_a, steps_q, steps_a, cross: bool, prefix: str):
+        # gates_*: (B, L, 3d) pre-activations [z | f | o]; masks (B, L) bool; steps (B, L) int64
+        library = native_library()
+        # in place: the gates are a product's fresh output, which its backward does not read
+        active_q, active_a = activate_gates_(gates_q), activate_gates_(gates_a)
+        ctx.mark_dirty(gates_q, gates_a)
+        batch, d = gates_q.size(0), gates_q.size(2) // 3
+        masks = [m.to(torch.uint8).contiguous() for m in (mask_q, mask_a)]
+        steps = [s.to(torch.int64).contiguous() for s in (steps_q, steps_a)]
+        states_q = gates_q.new_empty(2 if cross else 1, batch, gates_q.size(1), d)  # c and cx: (B, Lq, d) each
+        states_a = gates_a.new_empty(2 if cross else 1, batch, gates_a.size(1), d)
+        pooled_q, pooled_a = gates_q.new_empty(batch, d), gates_a.new_empty(batch, d)
+        _over_rows(
+            getattr(library, f"{prefix}_forward"),
+            batch,
+            states_q.numel() + states_a.numel(),
+            active_q.data_ptr(),
+            active_a.data_ptr(),
+            masks[0].data_ptr(),
+            masks[1].data_ptr(),
+            steps[0].data_ptr(),
+            steps[1].data_ptr(),
+            states_q[0].data_ptr(),
+            states_q[-1].data_ptr(),
+            states_a[0].data_ptr(),
+            states_a[-1].data_ptr(),
+            pooled_q.data_ptr(),
+            pooled_a.data_ptr(),
+            gates_q.size(1),
+            gates_a.size(1),
+            d,
+            int(cross),
+        )
+        ctx.save_for_backward(active_q, active_a, *masks, *steps, states_q, states_a)
+        ctx.cross, ctx.prefix = cross, prefix
+        ctx.mark_non_differentiable(active_q, active_a)
+        ctx.set_materialize_grads(False)  # no (B, L, 3d) zeros for the activations' (absent) gradients
+        return pooled_q, pooled_a, active_q, active_a
+
+    @staticmethod
+    def backward(ctx, grad_q: torch.Tensor, grad_a: torch.Tensor, *_):
+        active_q, active_a, mask_q, mask_a, steps_q, steps_a, states_q, states_a = ctx.saved_tensors
+        batch, d = active_q.size(0), states_q.size(-1)
+        grad_q = active_q.new_zeros(batch, d) if grad_q is None else grad_q.contiguous()
+        grad_a = active_a.new_zeros(batch, d) if grad_a is None else grad_a.contiguous()
+        grad_gates_q, grad_gates_a = torch.empty_like(active_q), torch.empty_like(active_a)  # the kernel fills both
+        _over_rows(
+            getattr(native_library(), f"{ctx.prefix}_backward"),
+            batch,
+            states_q.numel() + states_a.numel(),
+            active_q.data_ptr(),
+            active_a.data_ptr(),
+            mask_q.data_ptr(),
+            mask_a.data_ptr(),
+            steps_q.data_ptr(),
+            steps_a.data_ptr(),
+            states_q[0].data_ptr(),
+            states_q[-1].data_ptr(),
+            states_a[0].data_ptr(),
+            states_a[-1].data_ptr(),
+            grad_q.data_ptr(),
+            grad_a.data_ptr(),
+            grad_gates_q.data_ptr(),
+            grad_gates_a.data_ptr(),
+            active_q.size(1),
+            active_a.size(1),
+            d,
+            int(ctx.cross),
+        )
+        return grad_gates_q, grad_gates_a, None, None, None, None, None, None
+
+
+def ctrn_cells(
+    gates_q: torch.Tensor,
+    gates_a: torch.Tensor,
+    mask_q: torch.Tensor,
+    mask_a: torch.Tensor,
+    steps_q: torch.Tensor,
+    steps_a: torch.Tensor,
+    cross: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CTRN's cells over both texts and their temporal mean pooling (qa_models/ctrn.py, `CTRN._cells` then
+    `masked_mean`), fused into one C kernel each way: pooled (B, d) for question and answer from their gates'
+    pre-activations (B, L, 3d) = [z | f | o], masks (B, L) and aligned steps (B, L) into the partner
+    (`aligned_steps`). `cross=False`: QRNN's cells (h = o c). Only where `fused_cells_for` names a kernel.
+    The gates must be contiguous and are activated in place (pass a product's fresh output, as CTRN does)."""
+    prefix = fused_cells_for(gates_q)
+    if prefix is None or fused_cells_for(gates_a) != prefix:
+        raise ValueError("ctrn_cells: float32 or float64 CPU tensors and the C kernel (see fused_cells_for)")
+    if gates_q.size(-1) % 3 or gates_q.size(-1) != gates_a.size(-1) or gates_q.size(0) != gates_a.size(0):
+        raise ValueError(f"gates must be (B, L, 3d) alike, got {tuple(gates_q.shape)} and {tuple(gates_a.shape)}")
+    if not (gates_q.is_contiguous() and gates_a.is_contiguous()):
+        raise ValueError("ctrn_cells: the gates must be contiguous (B, L, 3d) tensors")
+    pooled_q, pooled_a, _, _ = _CTRNCells.apply(gates_q, gates_a, mask_q, mask_a, steps_q, steps_a, cross, prefix)
+    return pooled_q, pooled_a

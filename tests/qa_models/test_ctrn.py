@@ -1,11 +1,14 @@
 """CTRN and its QRNN baseline: the aligned steps t*, the cells against a step-by-step computation, padding
-invariance, gradients and determinism on the tiny configuration."""
+invariance, gradients and determinism on the tiny configuration; the fused CPU kernel of the cells and their
+pooling against the cells composed from torch operations."""
 
+import pytest
 import torch
 
+from qa_models import ctrn
 from qa_models.ctrn import CTRN, CTRNConfig, aligned_steps
 from qa_models.matching import masked_mean
-from qa_models.scan import forget_mult_reference
+from qa_models.scan import ctrn_cells, forget_mult_reference, fused_cells_for, native_library
 
 
 def test_aligned_steps_golden():
@@ -35,8 +38,8 @@ def test_cells_equal_the_step_by_step_equations():
     model = CTRN(CTRNConfig.tiny()).eval()
     q, q_mask, a, a_mask = _batch()
     i = 0  # one full-length example: question 5 steps, answer 8 (ratio 2)
-    zq, fq, oq = model._encode(q[i : i + 1])
-    za, fa, oa = model._encode(a[i : i + 1])
+    zq, fq, oq = model.gates(model.project(model.embed(q[i : i + 1])))
+    za, fa, oa = model.gates(model.project(model.embed(a[i : i + 1])))
     c_q = forget_mult_reference(fq, zq)
     steps = [min(t * 2, 7) for t in range(5)]  # t* = t * ceil(8 / 5)
     c_qx = forget_mult_reference(fa[:, steps], zq)
@@ -96,3 +99,79 @@ def test_the_gates_are_the_causal_convolution_of_eq_1():
         for ours, expected in zip(gates(x), (torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o))):
             torch.testing.assert_close(ours, expected)
             assert ours.is_contiguous()
+
+
+needs_kernel = pytest.mark.skipif(native_library() is None, reason="no C compiler here: the cells are composed")
+
+
+def _composed(model, gates_q, gates_a, q_mask, a_mask):
+    """The cells as `CTRN._cells` composes them, then masked_mean: the definition the kernel is held to."""
+    d = gates_q.size(-1) // 3
+
+    def activated(g):
+        return torch.tanh(g[..., :d]), torch.sigmoid(g[..., d : 2 * d]), torch.sigmoid(g[..., 2 * d :])
+
+    q, a = activated(gates_q), activated(gates_a)
+    return (
+        masked_mean(model._cells(q, a, q_mask, a_mask), q_mask),
+        masked_mean(model._cells(a, q, a_mask, q_mask), a_mask),
+    )
+
+
+@needs_kernel
+@pytest.mark.parametrize("cross", [True, False])
+def test_the_fused_cells_equal_the_composed_cells_and_their_gradients(cross):
+    torch.manual_seed(0)
+    d, (lq, la) = 5, (6, 11)
+    model = CTRN(CTRNConfig.tiny()).double()
+    model.config.cross = cross
+    gates_q = torch.randn(4, lq, 3 * d, dtype=torch.float64, requires_grad=True)
+    gates_a = torch.randn(4, la, 3 * d, dtype=torch.float64, requires_grad=True)
+    lengths_q, lengths_a = torch.tensor([6, 3, 1, 6]), torch.tensor([11, 9, 2, 4])  # shorter, longer, both ways
+    q_mask = torch.arange(lq)[None] < lengths_q[:, None]
+    a_mask = torch.arange(la)[None] < lengths_a[:, None]
+    steps_q, steps_a = aligned_steps(lengths_q, lengths_a, lq), aligned_steps(lengths_a, lengths_q, la)
+
+    def fused(gq, ga):  # the kernel activates its gates in place: give it a product's fresh output, as CTRN does
+        return ctrn_cells(gq * 1, ga * 1, q_mask, a_mask, steps_q, steps_a, cross)
+
+    got, expected = fused(gates_q, gates_a), _composed(model, gates_q, gates_a, q_mask, a_mask)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    weights = [torch.randn_like(p) for p in got]
+    grads = torch.autograd.grad(sum((p * w).sum() for p, w in zip(got, weights)), (gates_q, gates_a))
+    wanted = torch.autograd.grad(sum((p * w).sum() for p, w in zip(expected, weights)), (gates_q, gates_a))
+    for g, e in zip(grads, wanted):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    padded = grads[0].reshape(4, lq, 3, d)[~q_mask]  # a padded step's gates get nothing
+    assert padded.abs().max() == 0
+    assert torch.autograd.gradcheck(fused, (gates_q, gates_a))
+
+
+@needs_kernel
+def test_ctrn_trains_the_same_with_the_fused_kernel_as_with_composed_cells(monkeypatch):
+    q, q_mask, a, a_mask = _batch(seed=4, lq=7, la=12)
+    results = []
+    for kernel in (fused_cells_for, lambda gates: None):
+        monkeypatch.setattr(ctrn, "fused_cells_for", kernel)
+        torch.manual_seed(2)
+        model = CTRN(CTRNConfig.tiny())
+        loss = model.loss(model(q, q_mask, a, a_mask), torch.tensor([1, 0, 1]))
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in model.parameters() if p.requires_grad]))
+    (loss, grads), (loss_composed, grads_composed) = results
+    torch.testing.assert_close(loss, loss_composed)
+    for g, e in zip(grads, grads_composed):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fused_kernel_is_for_float_cpu_tensors_and_refuses_others():
+    assert fused_cells_for(torch.zeros(1, 2, 3, dtype=torch.bfloat16)) is None  # composed: half precision
+    if native_library() is None:
+        return
+    assert fused_cells_for(torch.zeros(1, 2, 3)) == "ctrn_cells_f32"
+    mask, steps = torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="contiguous"):
+        ctrn_cells(torch.zeros(1, 3, 2).transpose(1, 2), torch.zeros(1, 2, 3), mask, mask, steps, steps)
+    with pytest.raises(ValueError, match=r"\(B, L, 3d\)"):
+        ctrn_cells(torch.zeros(1, 2, 4), torch.zeros(1, 2, 4), mask, mask, steps, steps)
