@@ -21,7 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.atomic import STAGING_MARKER, check_output, real_path, write_marker
+from pipelines.atomic import STAGING_MARKER, check_output, real_path, swap_into_place, write_marker
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 
 JOB = "score"
@@ -304,7 +304,8 @@ def score(cfg: ScoreConfig, log=print) -> dict:
     _write_json(os.path.join(staging, MANIFEST_FILE), manifest)
     os.remove(os.path.join(staging, STAGING_MARKER))
     write_marker(staging, JOB)
-    _swap_into_place(staging, cfg.output)
+    # a link to a folder is kept: the folder it names is replaced
+    swap_into_place(staging, real_path(cfg.output) if os.path.exists(cfg.output) else os.path.abspath(cfg.output))
     seconds = time.time() - started
     return {
         "output": cfg.output,
@@ -327,20 +328,3 @@ def _write_json(path: str, value: dict) -> None:
     with open(temporary, "w") as f:
         json.dump(value, f, indent=1)
     os.replace(temporary, path)
-
-
-def _swap_into_place(staging: str, output: str) -> None:
-    """The finished staging folder at `output`; an earlier output of this job there is moved aside first and
-    deleted after, so a crash leaves the old output or the new one."""
-    target = real_path(output) if os.path.exists(output) else os.path.abspath(output)
-    aside = None
-    if os.path.exists(target):
-        if os.listdir(target):
-            aside = f"{target}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(target, aside)
-        else:
-            os.rmdir(target)
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    os.replace(staging, target)
-    if aside:
-        shutil.rmtree(aside, ignore_errors=True)

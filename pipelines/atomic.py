@@ -106,6 +106,18 @@ def write_marker(folder: str, job: str) -> None:
         json.dump({"job": job, "completed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f)
 
 
+def swap_into_place(staging: str, target: str) -> None:
+    """`staging`, a finished folder beside `target`, renamed to `target`; a folder already there is moved aside
+    first (`TARGET.old-XXXXXXXX`) and deleted after, so a crash at any point leaves either the old or the new one."""
+    old = None
+    if os.path.exists(target):
+        old = f"{target}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def staged_dir(target: str, job: str, inputs=(), legacy=None):
     """Yield an empty staging folder beside `target`; on success it replaces `target`, on error it is removed.
@@ -130,13 +142,7 @@ def staged_dir(target: str, job: str, inputs=(), legacy=None):
         yield staging
         os.remove(os.path.join(staging, STAGING_MARKER))
         write_marker(staging, job)
-        old = None
-        if os.path.exists(target):
-            old = os.path.join(parent, f"{name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(target, old)
-        os.rename(staging, target)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(staging, target)
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
