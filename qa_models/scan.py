@@ -62,7 +62,7 @@ _triton: Any = None  # the Triton module once looked for; False where it is not 
 
 
 def _compile(compiler: str) -> str:
-    """The kernel's shared library path, compiled on first use. Named by a hash of the source, compiler, flags
+    """The kernels' shared library path, compiled on first use. Named by a hash of the sources, compiler, flags
     and machine, and written whole (temporary file, rename), so concurrent workers on a node, or nodes sharing a
     home folder, never load a half-written or foreign library."""
     sources = []
@@ -399,5 +399,13 @@ def ctrn_cells(
         raise ValueError(f"gates must be (B, L, 3d) alike, got {tuple(gates_q.shape)} and {tuple(gates_a.shape)}")
     if not (gates_q.is_contiguous() and gates_a.is_contiguous()):
         raise ValueError("ctrn_cells: the gates must be contiguous (B, L, 3d) tensors")
+    for name, mask, steps, gates, partner in (
+        ("question", mask_q, steps_q, gates_q, gates_a),
+        ("answer", mask_a, steps_a, gates_a, gates_q),
+    ):  # the kernel indexes memory with them: checked here, not trusted
+        if mask.shape != gates.shape[:2] or steps.shape != gates.shape[:2]:
+            raise ValueError(f"ctrn_cells: the {name}'s mask and steps must be {tuple(gates.shape[:2])}")
+        if steps.numel() and (int(steps.min()) < 0 or int(steps.max()) >= partner.size(1)):
+            raise ValueError(f"ctrn_cells: the {name}'s aligned steps must lie in [0, {partner.size(1)})")
     pooled_q, pooled_a, _, _ = _CTRNCells.apply(gates_q, gates_a, mask_q, mask_a, steps_q, steps_a, cross, prefix)
     return pooled_q, pooled_a

@@ -175,3 +175,12 @@ def test_the_fused_kernel_is_for_float_cpu_tensors_and_refuses_others():
         ctrn_cells(torch.zeros(1, 3, 2).transpose(1, 2), torch.zeros(1, 2, 3), mask, mask, steps, steps)
     with pytest.raises(ValueError, match=r"\(B, L, 3d\)"):
         ctrn_cells(torch.zeros(1, 2, 4), torch.zeros(1, 2, 4), mask, mask, steps, steps)
+    with pytest.raises(ValueError, match=r"answer's aligned steps must lie in \[0, 2\)"):
+        ctrn_cells(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), mask, mask, steps, steps + 2)
+    with pytest.raises(ValueError, match=r"question's mask and steps must be \(1, 2\)"):
+        ctrn_cells(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), mask[:, :1], mask, steps, steps)
+    model = CTRN(CTRNConfig.tiny()).eval()  # scoring: no graph, the same kernel
+    batch = _batch()
+    with torch.inference_mode():
+        scored = model(*batch)
+    torch.testing.assert_close(scored, model(*batch).detach())
