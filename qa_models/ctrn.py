@@ -166,11 +166,26 @@ class QuasiRecurrentGates(nn.Module):
         z, f, o = (F.linear(window, w, b) for w, b in zip(weight.chunk(3), bias.chunk(3)))  # each (B, L, d)
         return torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o)
 
-    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
-        """The same sums before tanh and sigmoid, as one (B, L, 3d) product [z | f | o]: what the fused cells
-        read (one product and one gradient array instead of three)."""
-        window, weight, bias = self._window_and_weights(x)
-        return F.linear(window, weight, bias)  # (B, L, 3d)
+    def pre_activations(self, embedded: torch.Tensor, project: nn.Linear) -> torch.Tensor:
+        """The same sums before tanh and sigmoid, as one (B, L, 3d) product [z | f | o], computed from the word
+        vectors (B, L, n) with the projection x = P e + b_p folded into the convolution's weights: W_j x =
+        (W_j P) e + W_j b_p. The same function and gradients, in fewer multiply-adds where the word vectors are
+        fixed (the paper's setting): one product of width k*n and its weight gradient, against the projection's
+        two and the gates' three (k*m wide). A tap that reaches before the first step reads zeros in x, not b_p:
+        its W_j b_p is taken back from those first steps."""
+        k, n = self.kernel, project.in_features
+        taps = [
+            F.pad(embedded, (0, 0, k - 1 - j, 0))[:, : embedded.size(1)] if j < k - 1 else embedded for j in range(k)
+        ]
+        window = torch.cat(taps, dim=-1) if k > 1 else embedded  # (B, L, k*n)
+        per_tap = self.conv.weight.permute(2, 0, 1)  # (k, 3d, m): W_j
+        folded = (per_tap @ project.weight).permute(1, 0, 2).reshape(self.conv.out_channels, k * n)  # (3d, k*n)
+        tap_bias = per_tap @ project.bias  # (k, 3d): W_j b_p
+        bias = tap_bias.sum(0) + (self.conv.bias if self.conv.bias is not None else 0)  # (3d,)
+        gates = F.linear(window, folded, bias)  # (B, L, 3d)
+        for j in range(k - 1):  # tap j is missing at steps t < k-1-j
+            gates[:, : k - 1 - j] -= tap_bias[j]
+        return gates
 
 
 class CTRN(nn.Module):
@@ -219,20 +234,21 @@ class CTRN(nn.Module):
     ) -> torch.Tensor:
         """Logits (B, 2) for (B, Lq) question and (B, La) answer ids with their masks; softmax gives eq. 2."""
         q_mask, a_mask = question_mask.bool(), answer_mask.bool()
-        x_q, x_a = self.project(self.embed(question_ids)), self.project(self.embed(answer_ids))  # (B, L, m)
-        if fused_cells_for(x_q) is not None:  # CPU: activations, cells and pooling in one C kernel each way
+        e_q, e_a = self.embed(question_ids), self.embed(answer_ids)  # (B, L, n)
+        fused = fused_cells_for(self.project.weight) is not None and not torch.is_autocast_enabled("cpu")
+        if fused:  # CPU float32/float64: the gates from the word vectors, then activations, cells and pooling in C
             q_len, a_len = q_mask.sum(1), a_mask.sum(1)
             pooled_q, pooled_a = ctrn_cells(
-                self.gates.pre_activations(x_q),  # (B, Lq, 3d)
-                self.gates.pre_activations(x_a),  # (B, La, 3d)
+                self.gates.pre_activations(e_q, self.project),  # (B, Lq, 3d)
+                self.gates.pre_activations(e_a, self.project),  # (B, La, 3d)
                 q_mask,
                 a_mask,
-                aligned_steps(q_len, a_len, x_q.size(1)),
-                aligned_steps(a_len, q_len, x_a.size(1)),
+                aligned_steps(q_len, a_len, e_q.size(1)),
+                aligned_steps(a_len, q_len, e_a.size(1)),
                 self.config.cross,
             )  # (B, d) each
         else:
-            q, a = self.gates(x_q), self.gates(x_a)  # Z, F, O: (B, L, d) each
+            q, a = self.gates(self.project(e_q)), self.gates(self.project(e_a))  # Z, F, O: (B, L, d) each
             pooled_q = masked_mean(self._cells(q, a, q_mask, a_mask), q_mask)  # (B, d): mean over real steps
             pooled_a = masked_mean(self._cells(a, q, a_mask, q_mask), a_mask)  # (B, d)
         x = torch.cat([pooled_q, pooled_a], dim=-1)  # (B, 2d)

@@ -184,3 +184,6 @@ def test_the_fused_kernel_is_for_float_cpu_tensors_and_refuses_others():
     with torch.inference_mode():
         scored = model(*batch)
     torch.testing.assert_close(scored, model(*batch).detach())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # half precision: the composed cells
+        low = model(*batch)
+    torch.testing.assert_close(low.float(), scored, rtol=0.05, atol=0.05)
