@@ -152,17 +152,16 @@ class QuasiRecurrentGates(nn.Module):
         self.kernel = kernel
         self.conv = nn.Conv1d(dim, 3 * filters, kernel)
 
-    def _window_and_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # x: (B, L, m); tap j of the kernel reads x_{t-(k-1-j)}, zeros before the first step (causal)
+    def _causal_window(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (B, L, c); tap j of the kernel reads x_{t-(k-1-j)}, zeros before the first step (causal)
         k, length = self.kernel, x.size(1)
         taps = [F.pad(x, (0, 0, k - 1 - j, 0))[:, :length] if j < k - 1 else x for j in range(k)]
-        window = torch.cat(taps, dim=-1) if k > 1 else x  # (B, L, k*m)
-        weight = self.conv.weight.permute(0, 2, 1).reshape(self.conv.out_channels, -1)  # (3d, k*m), tap-major
-        bias = self.conv.bias if self.conv.bias is not None else torch.zeros_like(weight[:, 0])
-        return window, weight, bias
+        return torch.cat(taps, dim=-1) if k > 1 else x  # (B, L, k*c)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        window, weight, bias = self._window_and_weights(x)
+        window = self._causal_window(x)  # (B, L, k*m)
+        weight = self.conv.weight.permute(0, 2, 1).reshape(self.conv.out_channels, -1)  # (3d, k*m), tap-major
+        bias = self.conv.bias if self.conv.bias is not None else torch.zeros_like(weight[:, 0])
         z, f, o = (F.linear(window, w, b) for w, b in zip(weight.chunk(3), bias.chunk(3)))  # each (B, L, d)
         return torch.tanh(z), torch.sigmoid(f), torch.sigmoid(o)
 
@@ -174,10 +173,7 @@ class QuasiRecurrentGates(nn.Module):
         two and the gates' three (k*m wide). A tap that reaches before the first step reads zeros in x, not b_p:
         its W_j b_p is taken back from those first steps."""
         k, n = self.kernel, project.in_features
-        taps = [
-            F.pad(embedded, (0, 0, k - 1 - j, 0))[:, : embedded.size(1)] if j < k - 1 else embedded for j in range(k)
-        ]
-        window = torch.cat(taps, dim=-1) if k > 1 else embedded  # (B, L, k*n)
+        window = self._causal_window(embedded)  # (B, L, k*n)
         per_tap = self.conv.weight.permute(2, 0, 1)  # (k, 3d, m): W_j
         folded = (per_tap @ project.weight).permute(1, 0, 2).reshape(self.conv.out_channels, k * n)  # (3d, k*n)
         tap_bias = per_tap @ project.bias  # (k, 3d): W_j b_p

@@ -297,6 +297,23 @@ def fused_cells_for(gates: torch.Tensor) -> str | None:
     return "ctrn_cells_f32" if gates.dtype == torch.float32 else "ctrn_cells_f64"
 
 
+def _run_cells(function, active_q, active_a, masks, steps, states_q, states_a, cross: bool, *arrays) -> None:
+    """A ctrn_cells.c function over the batch rows: the pointers both directions read (activations, masks, steps,
+    each text's states c and cx), then `arrays` (what the direction writes, and backward's incoming gradients), then
+    the lengths, d and `cross`."""
+    shared = (active_q, active_a, *masks, *steps, states_q[0], states_q[-1], states_a[0], states_a[-1])
+    _over_rows(
+        function,
+        active_q.size(0),
+        states_q.numel() + states_a.numel(),
+        *(t.data_ptr() for t in (*shared, *arrays)),
+        active_q.size(1),
+        active_a.size(1),
+        states_q.size(-1),
+        int(cross),
+    )
+
+
 class _CTRNCells(torch.autograd.Function):
     """Activations, both texts' cells and their mean pooling as one autograd node over the C kernel
     (`ctrn_cells.c`). Composed from torch operations, the cells take some thirty passes over (B, L, d) arrays
@@ -318,26 +335,17 @@ class _CTRNCells(torch.autograd.Function):
         states_q = gates_q.new_empty(2 if cross else 1, batch, gates_q.size(1), d)  # c and cx: (B, Lq, d) each
         states_a = gates_a.new_empty(2 if cross else 1, batch, gates_a.size(1), d)
         pooled_q, pooled_a = gates_q.new_empty(batch, d), gates_a.new_empty(batch, d)
-        _over_rows(
+        _run_cells(
             getattr(library, f"{prefix}_forward"),
-            batch,
-            states_q.numel() + states_a.numel(),
-            active_q.data_ptr(),
-            active_a.data_ptr(),
-            masks[0].data_ptr(),
-            masks[1].data_ptr(),
-            steps[0].data_ptr(),
-            steps[1].data_ptr(),
-            states_q[0].data_ptr(),
-            states_q[-1].data_ptr(),
-            states_a[0].data_ptr(),
-            states_a[-1].data_ptr(),
-            pooled_q.data_ptr(),
-            pooled_a.data_ptr(),
-            gates_q.size(1),
-            gates_a.size(1),
-            d,
-            int(cross),
+            active_q,
+            active_a,
+            masks,
+            steps,
+            states_q,
+            states_a,
+            cross,
+            pooled_q,
+            pooled_a,
         )
         ctx.save_for_backward(active_q, active_a, *masks, *steps, states_q, states_a)
         ctx.cross, ctx.prefix = cross, prefix
@@ -352,28 +360,19 @@ class _CTRNCells(torch.autograd.Function):
         grad_q = active_q.new_zeros(batch, d) if grad_q is None else grad_q.contiguous()
         grad_a = active_a.new_zeros(batch, d) if grad_a is None else grad_a.contiguous()
         grad_gates_q, grad_gates_a = torch.empty_like(active_q), torch.empty_like(active_a)  # the kernel fills both
-        _over_rows(
+        _run_cells(
             getattr(native_library(), f"{ctx.prefix}_backward"),
-            batch,
-            states_q.numel() + states_a.numel(),
-            active_q.data_ptr(),
-            active_a.data_ptr(),
-            mask_q.data_ptr(),
-            mask_a.data_ptr(),
-            steps_q.data_ptr(),
-            steps_a.data_ptr(),
-            states_q[0].data_ptr(),
-            states_q[-1].data_ptr(),
-            states_a[0].data_ptr(),
-            states_a[-1].data_ptr(),
-            grad_q.data_ptr(),
-            grad_a.data_ptr(),
-            grad_gates_q.data_ptr(),
-            grad_gates_a.data_ptr(),
-            active_q.size(1),
-            active_a.size(1),
-            d,
-            int(ctx.cross),
+            active_q,
+            active_a,
+            (mask_q, mask_a),
+            (steps_q, steps_a),
+            states_q,
+            states_a,
+            ctx.cross,
+            grad_q,
+            grad_a,
+            grad_gates_q,
+            grad_gates_a,
         )
         return grad_gates_q, grad_gates_a, None, None, None, None, None, None
 
