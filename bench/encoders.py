@@ -12,8 +12,11 @@ layers they replace, in one run on this machine.
   faster than an LSTM, on a GPU).
 - The forget-mult recurrence alone (batch 64, d = 256): the kernel (C on CPU, Triton on a GPU) against the
   in-place torch loop and the definition step by step under autograd; and CTRN with the torch loop, for the
-  kernel's effect on the model. On CPU also CTRN with its cells composed from torch operations around the
-  forget-mult kernel (`ctrn-unfused`) against the fused kernel of its cells and pooling (`ctrn`, the default).
+  kernel's effect on the model. On CPU also CTRN as a GPU runs it (`ctrn-unfused`: the gates convolved over the
+  projected vectors, the cells composed from torch operations around the forget-mult kernel) against the CPU's
+  path (`ctrn`, the default: the gates once per distinct word of the batch, the cells and pooling one C kernel).
+  The word ids follow Zipf's law over a 30k vocabulary, as text does (a fifth of the positions hold a distinct
+  word: `distinct_word_share`), and every network's word vectors are fixed, as in the paper.
 - DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
   every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
   memory like a BiLSTM's, half that of full attention).
@@ -84,6 +87,7 @@ class _RecurrentPairModel:
 
         self.torch = torch
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim).to(device)
+        self.embed.weight.requires_grad_(not config.freeze_embeddings)  # fixed, as CTRN's (the paper's setting)
         self.project = nn.Linear(config.embed_dim, config.dim).to(device)
         self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](config.dim, config.filters, batch_first=True).to(device)
         self.out = nn.Sequential(
@@ -111,16 +115,27 @@ def _ctrn_case(variant: str, length: int, device: str = "cpu"):
 
         qa_models.ctrn.fused_cells_for = lambda gates: None
     config = CTRNConfig(
-        vocab_size=5000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
+        vocab_size=30_000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
     )
     if variant in ("ctrn", "qrnn", "ctrn-torch-loop", "ctrn-unfused"):
         model = CTRN(config).to(device)
     else:
         model = _RecurrentPairModel(variant, config, device)
     batch = 64
-    q, a = (torch.randint(1, 5000, (batch, length), device=device) for _ in range(2))
+    # Word ids as text has them, Zipf's law over the vocabulary (p ~ 1 / rank): CTRN's gates cost in proportion to
+    # a batch's distinct words (QuasiRecurrentGates.word_pre_activations), here about a fifth of its positions
+    # (WikiQA's batches of 64 pairs: a sixth); uniform ids would flatter it
+    generator = torch.Generator().manual_seed(0)
+    frequency = 1.0 / torch.arange(1, config.vocab_size - 3, dtype=torch.float64)  # ids 4.. (0-3 are reserved)
+    q, a = (
+        (torch.multinomial(frequency, batch * length, replacement=True, generator=generator) + 4)
+        .view(batch, length)
+        .to(device)
+        for _ in range(2)
+    )
+    distinct = torch.unique(torch.cat([q, a])).numel() / (2 * batch * length)
     mask = torch.ones(batch, length, dtype=torch.bool, device=device)
-    return lambda: model(q, mask, a, mask).sum(), {"batch": batch}
+    return lambda: model(q, mask, a, mask).sum(), {"batch": batch, "distinct_word_share": round(distinct, 3)}
 
 
 def _forget_mult_case(variant: str, length: int, device: str = "cpu"):
@@ -279,11 +294,13 @@ def _forget_mult_bandwidth(cases, length) -> float | None:
 BOUNDS = {
     "ggsa": "attention work falls by m = L / l, but the Q/K/V and output projections (O(L D^2)) are shared by both "
     "and dominate at short L; SDPA's fused kernel narrows the gap at long L on CPU",
-    "ctrn": "on CPU CTRN's activations, cells and mean pooling are one C kernel each way (qa_models/ctrn_cells.c: "
-    "forward reads the gates once and writes two states, backward reads them once more and writes the gates' "
-    "gradients), so what is left is its gate and projection products, near the core's matrix-product peak; on a "
-    "GPU the recurrence is one Triton kernel per direction (forget_mult_triton.py) and the rest torch operations; "
-    "against the fused LSTM/GRU of oneDNN (CPU) or cuDNN (GPU)",
+    "ctrn": "on CPU CTRN's gates cost one product per distinct word of the batch (the projection folded in), and "
+    "its activations, cells and mean pooling are one C kernel each way (qa_models/ctrn_cells.c: forward reads the "
+    "gates once and writes two states, backward reads them once more and writes the gates' gradients): what is "
+    "left is memory traffic, gathering the gates to the steps and the cells' passes; an LSTM's hidden-to-hidden "
+    "products cannot be shared between steps or words; on a GPU the recurrence is one Triton kernel per direction "
+    "(forget_mult_triton.py) and the rest torch operations; against the fused LSTM/GRU of oneDNN (CPU) or cuDNN "
+    "(GPU)",
     "forget-mult": "memory-bound: forward reads f, z and writes c; backward reads four (B, L, d) arrays and writes "
     "two, nine passes over memory with two multiply-adds per element (see "
     "forget_mult_kernel_traffic_gb_per_s)",

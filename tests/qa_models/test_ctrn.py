@@ -101,6 +101,41 @@ def test_the_gates_are_the_causal_convolution_of_eq_1():
             assert ours.is_contiguous()
 
 
+def test_the_gates_per_distinct_word_equal_the_convolution_over_the_projected_vectors():
+    """word_pre_activations (the fused path's gates: each distinct word's products once, gathered to its steps)
+    against the convolution over P e + b_p, for widths 1 to 3, two texts of different lengths sharing words,
+    padding, and trainable word vectors: the same sums, and the same gradients for every parameter."""
+    import torch.nn.functional as F
+
+    from qa_models.ctrn import QuasiRecurrentGates
+    from qa_models.encoders import word_embedding_table
+
+    torch.manual_seed(0)
+    for k in (1, 2, 3):
+        embed = word_embedding_table(12, 10, freeze=False).double()
+        project = torch.nn.Linear(10, 16).double()
+        gates = QuasiRecurrentGates(16, 8, k).double()
+        q = torch.randint(1, 6, (3, 5))  # five words over 15 steps: every one repeats
+        a = torch.randint(1, 12, (3, 9))
+        q[1, 3:], a[2, 6:] = 0, 0  # padding
+        got = gates.word_pre_activations([q, a], embed, project)
+
+        def convolved(ids, embed=embed, project=project, gates=gates, k=k):
+            x = project(embed(ids)).transpose(1, 2)  # (B, m, L)
+            return gates.conv(F.pad(x, (k - 1, 0))).transpose(1, 2)  # (B, L, 3d)
+
+        expected = [convolved(q), convolved(a)]
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape
+            torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+        weights = [torch.randn_like(e) for e in expected]
+        params = [*embed.parameters(), *project.parameters(), *gates.parameters()]
+        grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip(got, weights)), params)
+        wanted = torch.autograd.grad(sum((e * w).sum() for e, w in zip(expected, weights)), params)
+        for g, e in zip(grads, wanted):
+            torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
 needs_kernel = pytest.mark.skipif(native_library() is None, reason="no C compiler here: the cells are composed")
 
 
