@@ -148,8 +148,8 @@ EFFICIENCY_PLOTS = {
     "ctrn": (
         "CTRN and QRNN against recurrent networks (d = 256, batch 64)",
         {
-            "ctrn": "CTRN (C kernel)",
-            "ctrn-torch-loop": "CTRN (torch loop)",
+            "ctrn": "CTRN (gates per distinct word, cells in C)",
+            "ctrn-torch-loop": "CTRN (no C library: torch loop)",
             "qrnn": "QRNN",
             "lstm": "same network, nn.LSTM",
             "gru": "same network, nn.GRU",
