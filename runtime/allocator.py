@@ -3,10 +3,13 @@
 glibc serves a block over its mmap threshold (128 KB at first, raised as such blocks are freed, to 32 MB at
 most) with a fresh mapping, and unmaps it when freed. A CPU training step allocates and frees the same large
 tensors every step (CTRN at the paper's size, batch 64 and L = 400: 20-80 MB each), so each step maps them
-again and the kernel zero-fills them a 4 KB page fault at a time. Measured with bench/encoders.py, each case in
-a fresh process, 2 threads: CTRN's forward and backward took 1,282-1,548 ms with glibc's defaults and 891-1,002
-ms with the thresholds below, while nn.LSTM's stayed about the same. PyTorch's CPU performance guide makes the
-same point and suggests jemalloc or tcmalloc instead; this needs no library that a pip install lacks.
+again and the kernel zero-fills them a 4 KB page fault at a time. Measured with `bench/encoders.py --quick
+--families ctrn` (each case in a fresh process, 2 threads, two runs each way): CTRN's forward and backward took
+810-1,024 ms with glibc's defaults and 473-489 ms with the thresholds below; nn.LSTM's 1,482-1,683 and 1,154-1,327.
+The price is resident memory: the heap keeps the pages it reuses, with holes (torch aligns its blocks, so a freed
+block is a few bytes short of the next request, and the heap settles holding a few), and CTRN's peak went from
+458 MB to 1.2 GB. PyTorch's CPU performance guide makes the same point and suggests jemalloc or tcmalloc instead;
+this needs no library that a pip install lacks.
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class WorkerRun:
 
         worker_log_level(config.get("log_level", "INFO"))
         # Each step frees and allocates the same big activations: glibc's defaults would map and page-fault them
-        # afresh every step (on CPU, CTRN's step 1.3-1.5x slower; runtime/allocator.py)
+        # afresh every step (on CPU, CTRN's step at L = 400 1.7-2.1x slower; runtime/allocator.py)
         reuse_large_blocks()
         self.config = config
         self.cfg = cfg = TrainConfig(**config["train"])
