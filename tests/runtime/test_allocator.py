@@ -52,13 +52,15 @@ def _rounds(mode: str, **env) -> tuple[bool, int, int]:
 
 def test_big_blocks_are_reused_instead_of_faulted_in_every_step():
     pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
-    took, faults, grown = _rounds("reuse")
+    took, faults_reused, grown = _rounds("reuse")
     assert took
-    assert faults < pages // 10  # the block's pages stay mapped between steps
-    assert grown < pages // 10  # and the heap holds steady: nothing accumulates
-    took, faults, _ = _rounds("glibc")
+    assert grown < pages // 10  # the heap holds steady: nothing accumulates
+    took, faults_mapped, _ = _rounds("glibc")
     assert not took
-    assert faults > 9 * pages  # glibc's default: every round maps the block again and faults each page
+    # glibc's default maps the block again every round and faults it in: a fault a page (a 4 KB page, or a 2 MB
+    # one where transparent huge pages are always on), at least one a round
+    assert faults_mapped >= 10
+    assert faults_reused <= faults_mapped // 10  # reused, its pages stay mapped between rounds
 
 
 @pytest.mark.parametrize(
