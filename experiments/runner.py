@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from typing import Literal, overload
 
 from experiments.plan import (
@@ -63,17 +64,44 @@ class Ledger:
     file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
     long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
     records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed; a
-    record is added without machine paths (`portable`)."""
+    record is added without machine paths (`portable`).
+
+    A record's per-question figures (810 SQuAD questions a run, half the ledger's bytes once in it) live in a file
+    of their own beside the ledger (`ledger-questions/KEY.json`, a question a line), written once when the run is
+    recorded; the ledger keeps their metric, count and file. In memory a record carries them as it always did:
+    `record["per_question"] == {"metric": ..., "values": {question id: figure}}`."""
 
     def __init__(self, path: str):
         self.path, self.lock = path, threading.Lock()
+        self.questions = os.path.splitext(path)[0] + "-questions"  # docs/results/ledger-questions/
         self.records = self._read()
 
     def _read(self) -> dict:
         if not os.path.exists(self.path):
             return {}
         with open(self.path) as f:
-            return json.load(f)
+            records = json.load(f)
+        for key, record in records.items():
+            stored = record.get("per_question") if isinstance(record, dict) else None
+            if isinstance(stored, dict) and "file" in stored and "values" not in stored:
+                record["per_question"] = self._read_questions(key, stored)
+        return records
+
+    def _read_questions(self, key: str, stored: dict) -> dict:
+        path = os.path.join(os.path.dirname(self.path), stored["file"])
+        try:
+            with open(path) as f:
+                figures = json.load(f)
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"{self.path}: record {key!r} names per-question figures {path} that cannot be read ({error})"
+            ) from None
+        if figures.get("metric") != stored.get("metric") or len(figures.get("values", {})) != stored.get("questions"):
+            raise ValueError(
+                f"{self.path}: record {key!r}: {path} holds other figures than the record says "
+                f"({stored.get('questions')} questions of {stored.get('metric')})"
+            )
+        return figures
 
     def add(self, key: str, record: dict) -> None:
         self._change(lambda records: records.__setitem__(key, portable(record)))
@@ -88,12 +116,53 @@ class Ledger:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = self._read()
             change(records)
+            index = {key: self._stored(key, record) for key, record in sorted(records.items())}
             staged = f"{self.path}.partial-{os.getpid()}"
             with open(staged, "w") as f:
-                json.dump(dict(sorted(records.items())), f, indent=1)
+                json.dump(index, f, indent=1)
                 f.write("\n")
             os.replace(staged, self.path)
+            self._drop_unnamed_questions(index)
             self.records = records
+
+    def _stored(self, key: str, record):
+        """`record` as the ledger file holds it: its per-question figures written to their own file (rewritten
+        only where they changed, so a re-recorded ledger leaves the other runs' files as they were)."""
+        figures = record.get("per_question") if isinstance(record, dict) else None
+        if not isinstance(figures, dict) or "values" not in figures:
+            return record
+        name = urllib.parse.quote(key, safe="") + ".json"  # "rerun:x" -> "rerun%3Ax.json"
+        text = json.dumps({"metric": figures["metric"], "values": figures["values"]}, indent=0, sort_keys=True) + "\n"
+        path = os.path.join(self.questions, name)
+        if _text_of(path) != text:
+            os.makedirs(self.questions, exist_ok=True)
+            with open(f"{path}.partial-{os.getpid()}", "w") as f:
+                f.write(text)
+            os.replace(f"{path}.partial-{os.getpid()}", path)
+        file = f"{os.path.basename(self.questions)}/{name}"  # relative to the ledger, as committed
+        return dict(
+            record, per_question={"metric": figures["metric"], "questions": len(figures["values"]), "file": file}
+        )
+
+    def _drop_unnamed_questions(self, index: dict) -> None:
+        """Remove the per-question files of records the ledger no longer holds (a removed or re-run record)."""
+        if not os.path.isdir(self.questions):
+            return
+        named = {
+            os.path.basename(r["per_question"]["file"])
+            for r in index.values()
+            if isinstance(r, dict) and isinstance(r.get("per_question"), dict) and "file" in r["per_question"]
+        }
+        for name in os.listdir(self.questions):
+            if (name.endswith(".json") and name not in named) or ".json.partial-" in name:  # or a crashed write
+                os.remove(os.path.join(self.questions, name))
+
+
+def _text_of(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return f.read()
 
 
 @overload

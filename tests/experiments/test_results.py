@@ -334,6 +334,51 @@ def test_question_figures_read_a_predictions_file(tmp_path):
     assert runner.question_figures(str(path)) == {"metric": "f1", "values": {"s1": 0.6667}}
 
 
+def test_per_question_figures_live_beside_the_ledger_and_read_back_into_their_records(tmp_path):
+    """The ledger keeps each run's per-question figures in a file of its own (a question a line), written once:
+    re-recording another run leaves it untouched, removing the run removes it, a ledger written before the split
+    reads as it did and is split on its next change, and a missing or mismatched file is one clear error."""
+    path = tmp_path / "ledger.json"
+    ledger = runner.Ledger(str(path))
+    figures = {"metric": "f1", "values": {f"q{i}": i / 10 for i in range(5)}}
+    ledger.add("squad-dynsan-seed0", {"row": "squad/dynsan", "per_question": figures})
+    ledger.add("rerun:squad-dynsan-seed0", {"rerun": 0.5, "per_question": figures})
+    ledger.add("data:squad", {"seconds": 1.0, "per_question": None})
+    stored = json.loads(path.read_text())
+    assert stored["squad-dynsan-seed0"]["per_question"] == {
+        "metric": "f1",
+        "questions": 5,
+        "file": "ledger-questions/squad-dynsan-seed0.json",
+    }
+    assert "q3" not in path.read_text()
+    side = tmp_path / "ledger-questions" / "squad-dynsan-seed0.json"
+    assert sum(line.startswith('"q') for line in side.read_text().splitlines()) == 5  # a question a line
+    assert (tmp_path / "ledger-questions" / "rerun%3Asquad-dynsan-seed0.json").exists()
+    assert runner.Ledger(str(path)).records["squad-dynsan-seed0"]["per_question"] == figures
+    written = side.stat().st_mtime_ns
+    ledger.add("squad-dynsan-seed1", {"row": "squad/dynsan", "per_question": dict(figures, values={"q0": 1.0})})
+    assert side.stat().st_mtime_ns == written  # not rewritten when another run is recorded
+    ledger.remove("rerun:squad-dynsan-seed0")
+    assert sorted(p.name for p in (tmp_path / "ledger-questions").iterdir()) == [
+        "squad-dynsan-seed0.json",
+        "squad-dynsan-seed1.json",
+    ]
+    # a ledger from before the split, figures inline, reads as it did and is split on its next change
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"a": {"per_question": figures}}))
+    before = runner.Ledger(str(old))
+    assert before.records["a"]["per_question"] == figures
+    before.add("b", {"row": "x"})
+    assert "q3" not in old.read_text() and runner.Ledger(str(old)).records["a"]["per_question"] == figures
+    # a file that went missing, or holds other figures than the ledger says, is named
+    side.write_text(json.dumps({"metric": "f1", "values": {"q0": 1.0}}))
+    with pytest.raises(ValueError, match=r"squad-dynsan-seed0\.json holds other figures"):
+        runner.Ledger(str(path))
+    side.unlink()
+    with pytest.raises(ValueError, match=r"record 'squad-dynsan-seed0' names per-question figures .*cannot be read"):
+        runner.Ledger(str(path))
+
+
 def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, monkeypatch):
     rows = {r.id: r for r in table.ROWS}
     gate, pretrain, transfer = (
