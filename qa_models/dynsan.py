@@ -115,7 +115,9 @@ PAPER_RECIPE = TrainingRecipe(
 
 
 class DepthwiseSeparableConv(nn.Module):
-    """Conv(LN(X)) + X with a depthwise convolution of width k and a pointwise one (Chollet 2017)."""
+    """Conv(LN(X)) + X with a depthwise convolution of width k and a pointwise one (Chollet 2017). The pointwise
+    convolution is applied as the matrix product it is, on (B, L, D) (its Conv1d weights, so checkpoints keep their
+    names): on the CPU a sixth faster through backward than a 1x1 Conv1d and its transposes."""
 
     def __init__(self, dim: int, kernel: int):
         super().__init__()
@@ -126,7 +128,8 @@ class DepthwiseSeparableConv(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # x: (B, L, D); padding is zeroed first so a real token's window sees zeros past the end, however long
         h = (self.norm(x) * mask[..., None].to(x.dtype)).transpose(1, 2)  # (B, D, L)
-        return x + torch.relu(self.pointwise(self.depthwise(h))).transpose(1, 2)
+        mixed = self.depthwise(h).transpose(1, 2)  # (B, L, D)
+        return x + torch.relu(F.linear(mixed, self.pointwise.weight[:, :, 0], self.pointwise.bias))
 
 
 class DynSABlock(nn.Module):
@@ -205,19 +208,30 @@ class DynSABlock(nn.Module):
 
 
 class CharCNN(nn.Module):
-    """Kim (2014): character embeddings, one convolution, max-pooling over each word's characters."""
+    """Kim (2014): character embeddings, one convolution, max-pooling over each word's characters.
+
+    The convolution is one matrix product over every character's window (with the Conv1d's own weights, so
+    checkpoints keep their names), masked in place, and the ReLU comes after the max (they commute: ReLU is
+    monotone): the (words, characters, filters) activations are made once, not rectified, transposed and masked in
+    copies. On the CPU the Conv1d way took an eighth of a SQuAD training step, mostly in its backward."""
 
     def __init__(self, chars: int, dim: int, filters: int, kernel: int):
         super().__init__()
+        if kernel % 2 == 0:
+            raise ValueError(f"the character convolution's width must be odd, got {kernel}")
         self.embed = nn.Embedding(chars, dim, padding_idx=0)
         self.conv = nn.Conv1d(dim, filters, kernel, padding=kernel // 2)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         # char_ids: (B, L, C) -> (B, L, filters)
         batch, length, width = char_ids.shape
-        x = self.embed(char_ids.reshape(-1, width)).transpose(1, 2)  # (B*L, c, C)
-        h = torch.relu(self.conv(x)).masked_fill((char_ids.reshape(-1, 1, width) == 0), float("-inf"))
-        return h.amax(-1).nan_to_num(0.0, neginf=0.0).clamp_min(0.0).view(batch, length, -1)
+        kernel = self.conv.kernel_size[0]
+        x = F.pad(self.embed(char_ids.reshape(-1, width)), (0, 0, kernel // 2, kernel // 2))  # (B*L, C + k - 1, c)
+        windows = x.unfold(1, kernel, 1).reshape(-1, x.size(2) * kernel)  # (B*L*C, c*k): the weight's (channel, tap)
+        h = F.linear(windows, self.conv.weight.flatten(1), self.conv.bias).view(-1, width, self.conv.out_channels)
+        # max(), not amax(): its backward scatters to the one maximum instead of comparing every activation with it
+        h = h.masked_fill_(char_ids.reshape(-1, width, 1) == 0, float("-inf")).max(1).values  # (B*L, filters)
+        return h.clamp_min(0.0).view(batch, length, -1)  # the ReLU; a word of no characters (padding) gives 0
 
 
 class Highway(nn.Module):
@@ -266,23 +280,30 @@ def within_passage(passage: torch.Tensor, mask: torch.Tensor, passages: int) -> 
 
 
 def split_passages(x: torch.Tensor, passage: torch.Tensor, mask: torch.Tensor, passages: int):
-    """(B, L, D) tokens of concatenated passages to (B * M, Lp, D) one passage per row, with the mask and the
-    index that puts them back (`join_passages`). `passage` (B, L) is each token's passage number."""
+    """(B, L, D) tokens of concatenated passages to (P, Lp, D), one row for each of the P passages that has tokens
+    (in order of question, then rank), with their mask, the index that puts them back (`join_passages`) and each
+    row's question (P,). `passage` (B, L) is each token's passage number. Only the passages there get a row: a
+    batch of one-paragraph questions is B rows, not B * passages of zeros to fill and carry through backward."""
     batch = passage.shape[0]
     within = within_passage(passage, mask, passages)  # (B, L)
     passage = passage.clamp(0, passages - 1).masked_fill(~mask, 0)
     width = int(within.max()) + 1 if mask.any() else 1
-    rows = torch.arange(batch, device=x.device)[:, None] * passages + passage  # (B, L)
-    flat = x.new_zeros(batch * passages, width, x.size(-1))
-    flat_mask = torch.zeros(batch * passages, width, dtype=torch.bool, device=x.device)
-    flat[rows[mask], within[mask]] = x[mask]
-    flat_mask[rows[mask], within[mask]] = True
-    return flat, flat_mask, (rows, within)
+    rows = torch.arange(batch, device=x.device)[:, None] * passages + passage  # (B, L): question-major numbering
+    present, slot = torch.unique(rows[mask], return_inverse=True)  # the passages with tokens, sorted; (N,) each
+    row = torch.zeros_like(rows).masked_scatter(mask, slot)  # (B, L): each token's row in `flat`
+    flat = x.new_zeros(present.numel(), width, x.size(-1))
+    flat_mask = torch.zeros(present.numel(), width, dtype=torch.bool, device=x.device)
+    flat[slot, within[mask]] = x[mask]
+    flat_mask[slot, within[mask]] = True
+    return flat, flat_mask, (row, within), present // passages
 
 
 def join_passages(flat: torch.Tensor, where, mask: torch.Tensor) -> torch.Tensor:
-    rows, within = where
-    return flat[rows, within] * mask[..., None].to(flat.dtype)  # (B, L, D)
+    """(B, L, D) the passages' rows of `flat` back in their questions' order, zero on padding."""
+    row, within = where
+    if flat.size(0) == 0:  # no passage has a token
+        return flat.new_zeros(*mask.shape, flat.size(-1))
+    return flat[row, within] * mask[..., None].to(flat.dtype)  # (B, L, D)
 
 
 class DynSAN(nn.Module):
@@ -346,19 +367,14 @@ class DynSAN(nn.Module):
         passages = self.config.max_passages
         q, gate_q = self.encode_block(self._embed(question_ids, question_chars, q_mask), q_mask)  # (B, Lq, D)
         c = self._embed(context_ids, context_chars, c_mask, within_passage(passage, c_mask, passages))  # (B, L, D)
-        flat, flat_mask, where = split_passages(c, passage, c_mask, passages)  # (B*M, Lp, D)
-        live = flat_mask.any(1)  # passages that exist
-        flat, flat_mask = flat[live], flat_mask[live]
-        owner = torch.arange(c.size(0), device=c.device).repeat_interleave(passages)[live]  # each row's question
+        flat, flat_mask, where, owner = split_passages(c, passage, c_mask, passages)  # (P, Lp, D); owner (P,)
         gates = [gate_q]
         h, g = self.encode_block(flat, flat_mask)
         gates.append(torch.zeros_like(gate_q).index_add(0, owner, g))
         h = self.alignment(h, flat_mask, q[owner], q_mask[owner])
         h, g = self.model_block(self.dropout(h), flat_mask)
         gates.append(torch.zeros_like(gate_q).index_add(0, owner, g))
-        full = flat.new_zeros(live.numel(), flat.size(1), flat.size(2))
-        full[live] = h
-        s = join_passages(full, where, c_mask)  # (B, L, D), concatenated end to end
+        s = join_passages(h, where, c_mask)  # (B, L, D), concatenated end to end
         s = s + self.rank(passage.clamp(0, passages - 1)) * c_mask[..., None].to(s.dtype)
         for block in self.cross:
             s, g = block(self.dropout(s), c_mask)

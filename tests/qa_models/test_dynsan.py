@@ -1,11 +1,22 @@
 """DynSAN: the DynSA block against attention over its chosen tokens computed by hand, equal to the block without
 selection when K covers the sequence, memory linear in L, the passage split, both heads' likelihoods by hand,
-padding invariance of the whole network."""
+padding invariance of the whole network, the character CNN and the local convolutions against their textbook
+Conv1d forms."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from qa_models.dynsan import DynSABlock, DynSAN, DynSANConfig, _occurrence_nll, join_passages, split_passages
+from qa_models.dynsan import (
+    CharCNN,
+    DepthwiseSeparableConv,
+    DynSABlock,
+    DynSAN,
+    DynSANConfig,
+    _occurrence_nll,
+    join_passages,
+    split_passages,
+)
 
 
 def _block(select=True, top_k=4, seed=0):
@@ -74,11 +85,15 @@ def test_split_and_join_passages_round_trip():
     x = torch.arange(2 * 7, dtype=torch.float32).view(2, 7, 1)
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     passage = torch.tensor([[0, 0, 1, 1, 1, 2, 0], [0, 1, 1, 1, 0, 0, 0]])
-    flat, flat_mask, where = split_passages(x, passage, mask, passages=3)
-    assert flat.shape == (6, 3, 1)
+    flat, flat_mask, where, owner = split_passages(x, passage, mask, passages=3)
+    assert flat.shape == (5, 3, 1)  # a row for each passage with tokens: the second question has two
     assert flat[0, :2, 0].tolist() == [0.0, 1.0] and flat[1, :, 0].tolist() == [2.0, 3.0, 4.0]
-    assert flat_mask.sum(1).tolist() == [2, 3, 1, 1, 3, 0]
+    assert flat_mask.sum(1).tolist() == [2, 3, 1, 1, 3] and owner.tolist() == [0, 0, 0, 1, 1]
     torch.testing.assert_close(join_passages(flat, where, mask), x * mask[..., None])
+    empty = torch.zeros_like(mask)
+    flat, _, where, owner = split_passages(x, passage, empty, passages=3)
+    assert flat.shape[0] == 0 and owner.numel() == 0
+    assert join_passages(flat, where, empty).abs().sum() == 0
 
 
 def test_heads_likelihoods_by_hand():
@@ -221,3 +236,53 @@ def test_table_3_ablations_change_what_they_say_and_train():
     for options in variants.values():
         model = DynSAN(DynSANConfig(**{**config.__dict__, **options}))
         assert model.encode_block.gated == options.get("gate", True)
+
+
+def _same_with_gradients(ours, textbook, inputs, modules):
+    torch.testing.assert_close(ours(), textbook(), rtol=1e-5, atol=1e-6)
+    grads = []
+    for forward in (ours, textbook):
+        for m in modules:
+            m.zero_grad()
+        for x in inputs:
+            x.grad = None
+        (forward() * torch.linspace(-1, 1, forward().numel()).view_as(forward())).sum().backward()
+        grads.append([p.grad.clone() for m in modules for p in m.parameters()] + [x.grad.clone() for x in inputs])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_character_cnn_is_kims_convolution_relu_and_max_over_real_characters():
+    """CharCNN computes its convolution as a matrix product over windows with the ReLU after the max; the
+    textbook form (Conv1d, ReLU, max over the word's characters, padding characters left out) gives the same
+    vectors and gradients, words of no characters (padding tokens) give zeros."""
+    torch.manual_seed(0)
+    cnn = CharCNN(chars=20, dim=4, filters=6, kernel=3)
+    ids = torch.randint(1, 20, (2, 5, 7))
+    ids[0, 1, 3:] = 0  # a short word
+    ids[1, 4] = 0  # a padding token
+    ids[1, 2, 1:] = 0  # a one-character word
+
+    def textbook():
+        x = cnn.embed(ids.reshape(-1, 7)).transpose(1, 2)  # (words, c, C)
+        h = torch.relu(cnn.conv(x)).masked_fill(ids.reshape(-1, 1, 7) == 0, float("-inf"))
+        return h.amax(-1).nan_to_num(0.0, neginf=0.0).view(2, 5, -1)
+
+    _same_with_gradients(lambda: cnn(ids), textbook, [], [cnn])
+    assert cnn(ids)[1, 4].abs().sum() == 0
+    with pytest.raises(ValueError, match="odd"):
+        CharCNN(chars=20, dim=4, filters=6, kernel=4)
+
+
+def test_the_local_convolution_is_depthwise_then_pointwise_conv1d_over_zeroed_padding():
+    torch.manual_seed(0)
+    conv = DepthwiseSeparableConv(dim=6, kernel=5)
+    x = torch.randn(2, 9, 6, requires_grad=True)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 5:] = False
+
+    def textbook():
+        h = (conv.norm(x) * mask[..., None]).transpose(1, 2)  # (B, D, L)
+        return x + F.relu(conv.pointwise(conv.depthwise(h))).transpose(1, 2)
+
+    _same_with_gradients(lambda: conv(x, mask), textbook, [x], [conv])
