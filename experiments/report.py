@@ -71,9 +71,16 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
     history = record.get("dev_history", [])
     steps_per_epoch = max(1, math.ceil(5609 / 32))
     reached = next((step for step, f in history if f.get("f1", 0) * 100 >= ABLATION_F1), None)
+    commit = str(record.get("commit", ""))
+    if commit.endswith("-dirty"):
+        lines += [
+            f"**Uncommitted code:** this run's record names commit {commit}: no commit holds the code it ran, so "
+            "its curve waits to be re-run from one.",
+            "",
+        ]
     lines += [
         f"It took {record['seconds'] / 3600:.1f} hours ({record['seconds'] / max(1, len(history)) / 60:.0f} "
-        "minutes an epoch, with other runs sharing the machine). "
+        "minutes an epoch). "
         + (
             f"F1 first reached {ABLATION_F1} after epoch {math.ceil(reached / steps_per_epoch)} (step {reached})."
             if reached
@@ -103,8 +110,7 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
                 if after
                 else ", the last: it was still improving when the run ended."
             )
-            + f" The paper's F1 on SearchQA is "
-            f"{row.paper['f1']:.1f}.",
+            + f" The paper's F1 on SQuAD 1.1 dev is {row.paper['f1']:.1f} ({row.source}).",
             "",
         ]
     return lines

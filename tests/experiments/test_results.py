@@ -543,7 +543,13 @@ def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ab
     assert "It took 2.0 hours (20 minutes an epoch" in text
     assert "F1 first reached 20 after epoch 4 (step 704)" in text
     assert "| 4 | 704 | 8.0 | 24.0 |" in text
+    assert "The paper's F1 on SQuAD 1.1 dev is 79.5 (DynSAN Table 4" in text and "Uncommitted" not in text
     assert (tmp_path / "results" / "dynsan_learning.png").stat().st_size > 1000
+    ledger.add(
+        "full-squad-dynsan-long-seed0", dict(ledger.records["full-squad-dynsan-long-seed0"], commit="abc1234-dirty")
+    )
+    writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
+    assert "**Uncommitted code:** this run's record names commit abc1234-dirty" in report.read_text()
 
 
 def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_improving(tmp_path):
