@@ -312,10 +312,12 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     with open(plan, "w") as f:
         json.dump(planned, f)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    started = time.time()
+    started, commit = time.time(), git_commit()  # the code the jobs start from
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
         summaries = [run_job(on_device(argv, gpus_per_run), env, log) for argv in argvs]
     seconds = time.time() - started
+    if git_commit() != commit:  # the tree changed under the run (a commit, a checkout, an edit): its jobs may have
+        commit = commit.removesuffix("-dirty") + "-dirty"  # imported some of either, so no commit holds what ran
     record = {
         "row": row.id,
         "seed": seed,
@@ -325,7 +327,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         "versions": software_versions(),
         "plan": planned,
         "seconds": round(seconds, 1),
-        "commit": git_commit(),
+        "commit": commit,
         "finished": datetime.date.today().isoformat(),
         "device": device_name(gpus_per_run),
     }

@@ -659,6 +659,25 @@ def test_records_carry_no_machine_path():
     assert runner.portable(runner.portable(record)) == runner.portable(record)
 
 
+def test_a_run_is_recorded_at_the_commit_it_started_from_and_marked_when_the_tree_changed_under_it(
+    tmp_path, monkeypatch
+):
+    """The record names the commit its jobs started from; a tree that changed while they ran (a commit, a checkout,
+    an edit) leaves no commit holding what ran, so the record says -dirty and the run is due again."""
+    row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for trees, recorded in (
+        (["abc1234", "abc1234"], "abc1234"),
+        (["abc1234", "def5678"], "abc1234-dirty"),  # committed while it ran
+        (["abc1234-dirty", "def5678"], "abc1234-dirty"),
+    ):
+        answers = iter(trees)
+        monkeypatch.setattr(runner, "git_commit", lambda answers=answers: next(answers))
+        record = runner.run_one(runner.Run(row, 0, "full"), str(tmp_path / "out"), {}, ledger)
+        assert record["commit"] == recorded and ledger.records[runner.run_name(row, 0, "full")]["commit"] == recorded
+
+
 def test_the_committed_ledger_and_page_name_no_machine_path():
     machine_path = re.compile(r"(?:^|[\s=`(\"])/(?:work|root|tmp|home|Users|srv|usr|opt|mnt|data)/")
     with open(os.path.join(plan.REPO, "docs", "results", "ledger.json")) as f:
