@@ -174,6 +174,11 @@ def interval_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") 
     return f"[{scale.format(interval.low)}, {scale.format(interval.high)}]"
 
 
+def p_text(p: float) -> str:
+    """A p-value as the page prints it: three places, and "p < 0.001" below them (a permutation p is never 0)."""
+    return "p < 0.001" if p < 0.001 else f"p {p:.3f}"
+
+
 def claim_cells(
     with_row: Row, without_row: Row, ledger: Ledger, metric: str, paper_diff: float | None, same_budget: bool
 ) -> tuple[str, str]:
@@ -200,6 +205,6 @@ def claim_cells(
     comparison = paired_comparison(matrix[: len(seeds_a)], matrix[len(seeds_a) :])
     ours = (
         f"{comparison.difference:+.{digits}f} [{comparison.low:+.{digits}f}, {comparison.high:+.{digits}f}], "
-        f"p {comparison.p:.3f} ({len(questions)} questions)"
+        f"{p_text(comparison.p)} ({len(questions)} questions)"
     )
     return ours, significance_verdict(comparison, paper_diff)

@@ -302,7 +302,8 @@ def test_a_claim_is_judged_by_a_paired_test_over_the_same_questions(tmp_path):
             _with_questions(_record(gsamn.id, seed, {"map": float(np.mean(list(better.values())))}), better),
         )
     ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
-    assert word == "holds" and ours.startswith("+0.100 [") and "(60 questions)" in ours
+    assert word == "holds" and ours.startswith("+0.100 [") and "], p < 0.001 (60 questions)" in ours
+    assert cells.p_text(0.0123) == "p 0.012" and cells.p_text(0.001) == "p 0.001"
     assert cells.claim_cells(gsamn, plain, ledger, "map", -0.018, True)[1] == "reversed"
     assert cells.claim_cells(plain, plain, ledger, "map", +0.018, True)[1] == "not shown"  # a row against itself
     assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, False)[1] == "budgets differ: not compared"
