@@ -301,18 +301,25 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
 
     row, seed, key = run.row, run.seed, run.name
     argvs = commands(row, seed, out, run.profile)
-    planned = plan_of(run, out)
-    # A run folder left by an interrupted run resumes only under the same plan; another plan starts afresh.
+    planned, commit = plan_of(run, out), git_commit()  # the plan and the code the jobs start from
+    # A run folder left by an interrupted run resumes only under the same plan and from the same commit (the one
+    # its first part started from, beside it): otherwise its record would name one commit for steps that another
+    # trained. Anything else starts afresh.
     plan = os.path.join(out, "runs", key + ".plan.json")
-    if os.path.exists(plan):
-        with open(plan) as f:
-            if json.load(f) != planned:
-                shutil.rmtree(os.path.join(out, "runs", key), ignore_errors=True)
+    began = os.path.join(out, "runs", key + ".commit")
+    if os.path.exists(os.path.join(out, "runs", key)):
+        left_plan, left_commit = json.loads(_text_of(plan) or "null"), (_text_of(began) or "").strip()
+        if left_plan != planned or left_commit != commit:
+            why = "another plan" if left_plan != planned else f"commit {left_commit or 'unrecorded'}"
+            say(f"{key}: the run folder left under {why} is not resumed: it starts afresh at {commit}")
+            shutil.rmtree(os.path.join(out, "runs", key))
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     with open(plan, "w") as f:
         json.dump(planned, f)
+    with open(began, "w") as f:
+        f.write(commit + "\n")
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    started, commit = time.time(), git_commit()  # the code the jobs start from
+    started = time.time()
     with open(os.path.join(out, "logs", key + ".log"), "w") as log:
         summaries = [run_job(on_device(argv, gpus_per_run), env, log) for argv in argvs]
     seconds = time.time() - started
@@ -448,6 +455,7 @@ def start_afresh(run: Run, out: str) -> None:
     shutil.rmtree(os.path.join(out, "runs", run.name), ignore_errors=True)
     for leftover in (
         os.path.join(out, "runs", run.name + ".plan.json"),
+        os.path.join(out, "runs", run.name + ".commit"),
         os.path.join(out, "predictions", run.name + ".jsonl"),
     ):
         if os.path.exists(leftover):

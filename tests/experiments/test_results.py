@@ -679,6 +679,32 @@ def test_a_run_is_recorded_at_the_commit_it_started_from_and_marked_when_the_tre
         assert record["commit"] == recorded and ledger.records[runner.run_name(row, 0, "full")]["commit"] == recorded
 
 
+def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path, monkeypatch):
+    """An interrupted run's folder resumes only where its plan and the commit its first part started from are the
+    ones of this invocation; a folder left by other code, or from before the commit was kept beside it, starts
+    afresh (else the record would name one commit for steps another trained)."""
+    row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
+    run, out, tree = runner.Run(row, 0, "full"), tmp_path / "out", {"commit": "abc1234"}
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
+    monkeypatch.setattr(runner, "git_commit", lambda: tree["commit"])
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    checkpoint = out / "runs" / run.name / "checkpoint_1"
+
+    def interrupted_and_run_again():
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        return runner.run_one(run, str(out), {}, ledger)
+
+    interrupted_and_run_again()  # left before its commit was kept: afresh
+    assert not checkpoint.exists() and (out / "runs" / f"{run.name}.commit").read_text() == "abc1234\n"
+    interrupted_and_run_again()  # the same plan and commit: resumed
+    assert checkpoint.exists()
+    tree["commit"] = "def5678"
+    assert interrupted_and_run_again()["commit"] == "def5678" and not checkpoint.exists()  # other code: afresh
+    (out / "runs" / f"{run.name}.plan.json").write_text('{"commands": ["another"]}')
+    interrupted_and_run_again()  # another plan: afresh
+    assert not checkpoint.exists()
+
+
 def test_the_committed_ledger_and_page_name_no_machine_path():
     machine_path = re.compile(r"(?:^|[\s=`(\"])/(?:work|root|tmp|home|Users|srv|usr|opt|mnt|data)/")
     with open(os.path.join(plan.REPO, "docs", "results", "ledger.json")) as f:
