@@ -571,6 +571,26 @@ def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_imp
     assert cells.run_time(row, ledger) == "11 min; 4/5 evaluations, best after 2/5 (1 still improving at the end)"
 
 
+def test_dynsan_runs_recorded_under_an_earlier_budget_say_which_and_that_they_wait(tmp_path):
+    squad = [
+        r for r in runner.selected_rows([], profile="full") if r.section == "squad" and r.id != "squad/dynsan-long"
+    ]
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+
+    def recorded(epochs):
+        ledger.add(
+            "full-squad-dynsan-seed0",
+            dict(_record("squad/dynsan", 0, {"em": 0.1, "f1": 0.19}, "full"), split="dev", config={"epochs": epochs}),
+        )
+        return " ".join(writer.reading_section(squad, ledger, set()))
+
+    now = table.DYNSAN_ABLATION_EPOCHS
+    assert f"At this budget (the paper's width and recipe, {now} epochs" in recorded(now)
+    text = recorded(now + 2)
+    assert f"At the budget these runs were recorded under (the paper's width and recipe, {now + 2} epochs" in text
+    assert f"the present plan trains them for {now} epochs" in text and "wait to be re-run" in text
+
+
 def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_level():
     """DYNSAN_ABLATION_EPOCHS is read off the long DynSAN run's curve in the committed ledger: the first epoch at
     which its dev F1 reached ABLATION_F1. A re-run long curve that says otherwise fails here."""
