@@ -409,8 +409,9 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     if not squad:
         return []
     base = row_figures(squad[0], ledger).get("f1")
+    full = row_profile(squad[0], ledger) == "full"
     trained = {r.get("config", {}).get("epochs") for r in row_records(squad[0], ledger)}
-    if row_profile(squad[0], ledger) == "full" and trained not in ({DYNSAN_ABLATION_EPOCHS}, set()):
+    if full and trained not in ({DYNSAN_ABLATION_EPOCHS}, set()):
         budget = (  # recorded under an earlier budget: say which, and that the present one waits for them
             f"At the budget these runs were recorded under (the paper's width and recipe, "
             f"{', '.join(str(e) for e in sorted(trained, key=str))} epochs of the 5,609 training questions, where "
@@ -418,7 +419,7 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
             f"{DYNSAN_ABLATION_EPOCHS} epochs, where the long run below first reached it, and they wait to be "
             "re-run at it; word vectors from 24 articles) "
         )
-    elif row_profile(squad[0], ledger) == "full":
+    elif full:
         budget = (
             f"At this budget (the paper's width and recipe, {DYNSAN_ABLATION_EPOCHS} epochs of the 5,609 "
             f"training questions: where the full model, trained as long as it takes below, first reached F1 "

@@ -74,6 +74,7 @@ class Ledger:
     def __init__(self, path: str):
         self.path, self.lock = path, threading.Lock()
         self.questions = os.path.splitext(path)[0] + "-questions"  # docs/results/ledger-questions/
+        self.on_disk: dict[str, dict] = {}
         self.records = self._read()
 
     def _read(self) -> dict:
@@ -81,10 +82,11 @@ class Ledger:
             return {}
         with open(self.path) as f:
             records = json.load(f)
+        self.on_disk = {}  # per-question figures as their files hold them, so that a write skips the unchanged
         for key, record in records.items():
             stored = record.get("per_question") if isinstance(record, dict) else None
             if isinstance(stored, dict) and "file" in stored and "values" not in stored:
-                record["per_question"] = self._read_questions(key, stored)
+                record["per_question"] = self.on_disk[key] = self._read_questions(key, stored)
         return records
 
     def _read_questions(self, key: str, stored: dict) -> dict:
@@ -132,9 +134,10 @@ class Ledger:
         if not isinstance(figures, dict) or "values" not in figures:
             return record
         name = urllib.parse.quote(key, safe="") + ".json"  # "rerun:x" -> "rerun%3Ax.json"
-        text = json.dumps({"metric": figures["metric"], "values": figures["values"]}, indent=0, sort_keys=True) + "\n"
+        figures = {"metric": figures["metric"], "values": figures["values"]}
         path = os.path.join(self.questions, name)
-        if _text_of(path) != text:
+        if self.on_disk.get(key) != figures:  # new or changed since `_read` loaded them under this lock
+            text = json.dumps(figures, indent=0, sort_keys=True) + "\n"
             os.makedirs(self.questions, exist_ok=True)
             with open(f"{path}.partial-{os.getpid()}", "w") as f:
                 f.write(text)
