@@ -346,8 +346,10 @@ ANSWER_SELECTION_SECTIONS = (
     ),
     (
         "pretrain",
-        "StackExchangeQA pretraining (beer site) for transfer",
-        "The checkpoint the transfer row fine-tunes, scored on the beer build's own test split.",
+        "StackExchangeQA pretraining for transfer",
+        "The checkpoints the transfer rows fine-tune, each scored on its own build's test split. The beer build "
+        "(4 negatives a positive) trains as a fine-tuning does; the transfer curve's corpora (1, 4 and 11 sites) get "
+        "one pass each at 128 pairs a step, cut to fit a GPU call (`TRANSFER_PRETRAIN` in experiments/rows.py).",
     ),
     (
         "wikiqa-why",
@@ -487,7 +489,10 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         "",
         "MiniLM + GSAMN pretrained on StackExchangeQA built from 1, 4 and 11 sites (the paper's 15.71 negatives a "
         "positive, decontaminated against WikiQA), then fine-tuned on WikiQA; each seed from a pretraining run of "
-        "its own seed. Pairs are the build's train split (its data record in the ledger). The paper pretrained "
+        "its own seed. Each corpus is pretrained on for one pass at 128 pairs a step, cut to fit a GPU call (a "
+        "device machine keeps no checkpoint from one session to the next), so the larger corpora are also trained "
+        "for more steps, and none to convergence. "
+        "Pairs are the build's train split (its data record in the ledger). The paper pretrained "
         f"BERT-base on all of Stack Exchange ({paper_pairs:,} pairs) and reports 0.857.",
         "",
         "| corpus | sites | negatives | train pairs | seeds | WikiQA test MAP | 95% interval |",

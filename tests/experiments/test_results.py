@@ -40,6 +40,10 @@ def test_every_planned_command_parses_with_its_job(tmp_path, profile):
                         assert (cfg.epochs, cfg.patience) == (table.DYNSAN_LONG_EPOCHS, 0), row.id
                     elif profile == "full" and row.section == "squad":  # the ablations' fixed budget
                         assert (cfg.epochs, cfg.patience) == (table.DYNSAN_ABLATION_EPOCHS, 0), row.id
+                    elif profile == "full" and row.data.removesuffix("-mined") in plan.TRANSFER_SITES:
+                        # the transfer curve's pretraining: one pass at 128 pairs a step, cut to fit a GPU call
+                        assert (cfg.epochs, cfg.batch_size, cfg.recipe) == (1, 128, "paper"), row.id
+                        assert args.max_steps is None, row.id
                     elif profile == "full":  # until dev stops improving, with the paper's recipe: a pretrained
                         # encoder at most 10 epochs with a patience of 2, a word-vector model as CTRN's (25, 5)
                         budget = (10, 2) if cfg.encoder_path else (25, 5)
