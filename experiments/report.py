@@ -654,14 +654,17 @@ def runs_section(runs: dict, ledger: Ledger) -> list[str]:
     lines = [
         "## Every run",
         "",
-        "| run | profile | seed | split | figures | seconds | commit | checkpoint sha256 | commands |",
+        "| run | profile | seed | split | figures | seconds | commit | checkpoint sha256 | commands as they ran |",
         "|---|---|---:|---|---|---:|---|---|---|",
     ]
     for key in sorted(runs):
         r = runs[key]
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         sha = r.get("checkpoint_sha256", "")[:16] or "-"
-        cmd = "<br>".join(f"`{c}`" for c in r["commands"])
+        # the argument lists that ran (a GPU run's device options included), where the record keeps them; records
+        # older than argument lists show their plan's commands
+        ran = [shown(argv) for argv in r["argv"]] if r.get("argv") else r["commands"]
+        cmd = "<br>".join(f"`{c}`" for c in ran)
         device = f" ({r['device'].removeprefix('cuda: ')})" if r.get("device", "cpu") != "cpu" else ""
         lines.append(
             f"| {r['row']} | {r.get('profile', 'hour')} | {r['seed']} | {r['split']} | {figures} "

@@ -839,3 +839,19 @@ def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_
     slope = (0.78 - 0.70) / np.log10(94_000 / 4_000)
     assert fit and abs(float(fit.group(1)) - (0.78 + slope * np.log10(10_503_464 / 94_000))) < 0.02
     assert os.path.exists(tmp_path / "figures" / "transfer_curve.png")
+
+
+def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_options(tmp_path):
+    gpu = dict(
+        _record("wikiqa/minilm-gsamn", 0, {"map": 0.75}, "full"),
+        device="cuda: NVIDIA H200",
+        argv=[["jobs/train.py", "--model", "gsamn", "--use-gpu", "--gpus-per-worker", "0.111"]],
+    )
+    older = _record("wikiqa/minilm-gsamn", 1, {"map": 0.74}, "full")  # recorded before argument lists were kept
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    lines = writer.runs_section({"full-a-seed0": gpu, "full-a-seed1": older}, ledger)
+    (gpu_line,) = [line for line in lines if "| 0 | test |" in line]
+    (older_line,) = [line for line in lines if "| 1 | test |" in line]
+    assert "`python jobs/train.py --model gsamn --use-gpu --gpus-per-worker 0.111`" in gpu_line
+    assert "(NVIDIA H200)" in gpu_line
+    assert "`python jobs/train.py ...`" in older_line
