@@ -36,7 +36,7 @@ import time
 if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.plan import REPO, SEEDS, SHARED_DATA, Run, data_steps, shown
+from experiments.plan import REPO, SEEDS, Run, data_steps, shown
 from experiments.report import report_rows, write_report
 from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
@@ -45,6 +45,7 @@ from experiments.runner import (
     commands,
     git_commit,
     machine_description,
+    missing_inputs,
     plan_of,
     rerun_reason,
     run_all,
@@ -138,11 +139,12 @@ def main(argv=None) -> int:
         return 0
     os.makedirs(out, exist_ok=True)
     if not args.report_only:
-        for folder in ("wikiqa", "trecqa", "squad_sample", "stackexchange_dump_beer"):
-            if not os.path.isdir(os.path.join(SHARED_DATA, folder)):
-                raise SystemExit(
-                    f"{SHARED_DATA}/{folder} not found: the report needs ../shared/data (or QA_SHARED_DATA)"
-                )
+        missing = missing_inputs(rows, args.profile, out)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise SystemExit(
+                f"{missing[0]} not found{more}: the data steps still to run read ../shared/data (or QA_SHARED_DATA)"
+            )
         started = time.time()
         data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
         if not args.skip_efficiency:

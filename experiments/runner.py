@@ -521,6 +521,23 @@ def data_needed(rows: list[Row], profile: str) -> set[str]:
     return needed | builds  # a StackExchangeQA corpus is tokenised from its build
 
 
+def missing_inputs(rows: list[Row], profile: str, out: str) -> list[str]:
+    """The ../shared/data paths that the data steps `rows` still need read and this machine lacks: a step whose
+    output is already there reads nothing, so a machine holding the prepared data (a GPU node given the tokenised
+    shards) runs the rows without the raw data."""
+    needed, missing = data_needed(rows, profile), []
+    for step in data_steps(out):
+        if step.key not in needed or os.path.exists(step.done):
+            continue
+        reads = [arg.split("=", 1)[-1] for arg in step.argv]  # --dump HOST=PATH, --exclude-overlap NAME=PATH
+        if step.key == "squad":  # its input folder links into the shared SQuAD files (link_squad)
+            reads.append(os.path.join(SHARED_DATA, "squad_sample"))
+        for path in reads:
+            if path.startswith(SHARED_DATA) and not os.path.exists(path) and path not in missing:
+                missing.append(path)
+    return missing
+
+
 def run_all(
     rows: list[Row],
     seeds: tuple,

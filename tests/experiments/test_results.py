@@ -855,3 +855,23 @@ def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_opti
     assert "`python jobs/train.py --model gsamn --use-gpu --gpus-per-worker 0.111`" in gpu_line
     assert "(NVIDIA H200)" in gpu_line
     assert "`python jobs/train.py ...`" in older_line
+
+
+def test_only_data_steps_still_to_run_need_the_shared_data(tmp_path, monkeypatch):
+    shared, out = str(tmp_path / "shared"), str(tmp_path / "out")
+    monkeypatch.setattr(plan, "SHARED_DATA", shared)
+    monkeypatch.setattr(runner, "SHARED_DATA", shared)
+    encoder_rows = runner.selected_rows(["wikiqa/minilm-gsamn"], profile="full")
+    assert runner.missing_inputs(encoder_rows, "full", out) == [os.path.join(shared, "wikiqa")]
+    os.makedirs(os.path.join(out, "data", "wikiqa"))
+    open(os.path.join(out, "data", "wikiqa", "manifest.json"), "w").close()
+    assert runner.missing_inputs(encoder_rows, "full", out) == []  # tokenised already; an encoder needs no vectors
+    # a word-vector row still needs its vectors, trained from the tokenised shards alone
+    assert runner.missing_inputs(runner.selected_rows(["wikiqa/ctrn"], profile="full"), "full", out) == []
+    transfer = runner.selected_rows(["wikiqa/minilm-gsamn-transfer-4-sites"], profile="full")
+    missing = runner.missing_inputs(transfer, "full", out)
+    assert os.path.join(shared, "wikiqa") in missing  # the build decontaminates against WikiQA
+    assert os.path.join(shared, "stackexchange_dumps", "atheism", "Posts.xml.gz") in missing
+    assert len(missing) == len(set(missing)) == 5
+    squad = runner.selected_rows(["squad/dynsan"], profile="full")
+    assert runner.missing_inputs(squad, "full", out) == [os.path.join(shared, "squad_sample")]
