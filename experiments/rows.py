@@ -155,10 +155,10 @@ TRANSFER_EXTRA = (
 )
 # Pretraining for the transfer curve: one pass over each corpus at 128 pairs a step (the GSAMN paper gives neither
 # a batch nor a length for pretraining). A corpus's three pretraining runs and their fine-tuning must finish inside
-# one GPU call (under 10 minutes: a device machine keeps nothing between sessions, so a pretraining checkpoint cannot
-# wait for a later one); at 32 pairs a step one pass over the 11 sites' 117k pairs alone takes about 5 minutes at
-# the loop's recorded 373 pairs a second on an H100. The curve's corpora all get the same single pass, so its
-# points differ by data (and the steps that data makes), not by recipe; the rows say the pass was cut for time.
+# one GPU call (under 10 minutes: a device machine keeps nothing between sessions, so a pretraining checkpoint
+# cannot wait for a later one); at 32 pairs a step one pass over the 11 sites' 94k training pairs alone takes
+# about 4 minutes at the loop's recorded 373 pairs a second on an H100. The curve's corpora all get the same single
+# pass, so its points differ by data (and the steps that data makes), not by recipe; the page says the pass was cut.
 TRANSFER_PRETRAIN = ["--batch-size", "128", "--length-buckets", "8", "--epochs", "1"]
 
 
