@@ -382,15 +382,19 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     return record
 
 
+def steps_to_run(out: str, keys: set[str]) -> list[DataStep]:
+    """The data steps named by `keys` whose output is not there yet, in the plan's order."""
+    return [step for step in data_steps(out) if step.key in keys and not os.path.exists(step.done)]
+
+
 def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int) -> float:
     """The data steps that `only` names, not yet done; each data set's steps in order (its vectors need its
     shards), the data sets `lanes` at a time."""
     link_squad(out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     chains: dict[str, list[DataStep]] = {}
-    for step in data_steps(out):
-        if step.key in only and not os.path.exists(step.done):
-            chains.setdefault(step.key.split("-")[0], []).append(step)
+    for step in steps_to_run(out, only):
+        chains.setdefault(step.key.split("-")[0], []).append(step)
 
     def run_chain(steps: list[DataStep]) -> None:
         for step in steps:
@@ -525,10 +529,8 @@ def missing_inputs(rows: list[Row], profile: str, out: str) -> list[str]:
     """The ../shared/data paths that the data steps `rows` still need read and this machine lacks: a step whose
     output is already there reads nothing, so a machine holding the prepared data (a GPU node given the tokenised
     shards) runs the rows without the raw data."""
-    needed, missing = data_needed(rows, profile), []
-    for step in data_steps(out):
-        if step.key not in needed or os.path.exists(step.done):
-            continue
+    missing: list[str] = []
+    for step in steps_to_run(out, data_needed(rows, profile)):
         reads = [arg.split("=", 1)[-1] for arg in step.argv]  # --dump HOST=PATH, --exclude-overlap NAME=PATH
         if step.key == "squad":  # its input folder links into the shared SQuAD files (link_squad)
             reads.append(os.path.join(SHARED_DATA, "squad_sample"))

