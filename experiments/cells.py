@@ -10,7 +10,7 @@ from collections.abc import Collection
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
-from experiments.runner import Ledger
+from experiments.runner import Ledger, source_run, started_elsewhere
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
 from experiments.significance import verdict as significance_verdict
 
@@ -87,6 +87,7 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
 
 DIRTY_MARK = " (uncommitted code)"
 EARLIER_PLAN_MARK = " (earlier plan)"
+MIXED_START_MARK = " (mixed starting checkpoints)"
 
 
 def from_earlier_plan(row: Row, ledger: Ledger, earlier: Collection[str], profile: str | None = None) -> bool:
@@ -95,15 +96,35 @@ def from_earlier_plan(row: Row, ledger: Ledger, earlier: Collection[str], profil
     return any(run_name(row, r["seed"], r.get("profile", "hour")) in earlier for r in row_records(row, ledger, profile))
 
 
+def mixed_starts(row: Row, ledger: Ledger, profile: str | None = None) -> list[int]:
+    """The seeds of a fine-tuning row's shown runs (in `profile`, default the shown one) that did not start from
+    the checkpoint their source run's record holds (`runner.started_elsewhere`), so that the row's seeds may not
+    share one starting point."""
+    profile = profile or row_profile(row, ledger)
+    if profile is None:
+        return []
+    mixed = []
+    for record in row_records(row, ledger, profile):
+        source = source_run(row, profile, record["seed"])  # None: the row fine-tunes nothing
+        if source is not None and started_elsewhere(record, ledger.records.get(source.name)):
+            mixed.append(record["seed"])
+    return sorted(mixed)
+
+
 def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
     """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
-    ends in -dirty; and where a shown run is in `earlier`, recorded under a plan since changed), the profile its
-    figures come from, and how many seeds they average."""
+    ends in -dirty; where a shown run is in `earlier`, recorded under a plan since changed; and where a shown
+    fine-tuning run did not start from its source record's checkpoint), the profile its figures come from, and how
+    many seeds they average."""
     seeds = max((figure[2] for figure in figures.values()), default=0)
     shown_runs = row_records(row, ledger)
     dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
     stale = from_earlier_plan(row, ledger, earlier)
-    marks = (DIRTY_MARK if dirty else "") + (EARLIER_PLAN_MARK if stale else "")
+    marks = (
+        (DIRTY_MARK if dirty else "")
+        + (EARLIER_PLAN_MARK if stale else "")
+        + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
+    )
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
 

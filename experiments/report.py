@@ -10,6 +10,8 @@ import math
 import os
 
 from experiments.cells import (
+    EARLIER_PLAN_MARK,
+    MIXED_START_MARK,
     budget_sentence,
     cell,
     claim_cells,
@@ -17,6 +19,7 @@ from experiments.cells import (
     from_earlier_plan,
     hour_cell,
     interval_cell,
+    mixed_starts,
     row_start,
     run_time,
     wall_sentence,
@@ -314,7 +317,10 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "ran, so its figures wait to be re-run from one (`experiments/results.py` refuses such a tree unless "
         "--allow-dirty). A row marked (earlier plan) shows a run recorded under a plan since changed (its "
         "commands or recipe, such as the full profile's earlier cap of 5 epochs with a patience of 2): the "
-        "ledger keeps the command that ran, and the next run of the profile replaces it.",
+        "ledger keeps the command that ran, and the next run of the profile replaces it. A row marked (mixed "
+        "starting checkpoints) is a fine-tuning row some of whose runs did not start from the checkpoint its "
+        "pretraining run's record holds (a pretraining run since repeated on other hardware, say), so its seeds "
+        "do not share one starting point; the next run of the profile fine-tunes them again.",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",
@@ -507,7 +513,9 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         figures, records = row_figures(row, ledger), row_records(row, ledger)
         mean = figures.get("map")
         interval = interval_cell(row, ledger, "map")
-        mark = " (earlier plan)" if from_earlier_plan(row, ledger, earlier) else ""
+        mark = (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "") + (
+            MIXED_START_MARK if mixed_starts(row, ledger) else ""
+        )
         shown_mean = cell(mean) if mean else "not run"
         lines.append(
             f"| {key}{mark} | {sites} | {drawn} | {f'{train:,}' if train else '-'} | {len(records)} | "

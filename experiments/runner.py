@@ -456,6 +456,20 @@ def rerun_reason(record: dict, clean_tree: bool, retest: bool = False) -> str | 
     return None
 
 
+def started_elsewhere(record: dict, source: dict | None) -> bool:
+    """Whether a fine-tuning run's `record` did not start from the checkpoint its source run's record (`source`)
+    holds: its `init_checkpoint_sha256` is not the source's `checkpoint_sha256`, or (a record from before that
+    field was kept) it finished on an earlier day than the source's record, whose checkpoint it therefore cannot
+    have fine-tuned. Such a run and its row's other seeds may not share a start. A source without a record tells
+    nothing (`todo_runs` runs it, and so its fine-tunings, again)."""
+    if source is None:
+        return False
+    started = record.get("init_checkpoint_sha256")
+    if started is not None:
+        return started != source.get("checkpoint_sha256")
+    return str(record.get("finished", "")) < str(source.get("finished", ""))  # ISO dates compare as strings
+
+
 def start_afresh(run: Run, out: str) -> None:
     """Remove what a finished run left (its run folder, plan and predictions), so that running it again trains
     anew instead of resuming the finished run from its last checkpoint."""
@@ -473,14 +487,18 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     """The runs of `rows` whose ledger record is missing, was made under another plan (a changed command, recipe
     or revision) or must run again (`rerun_reason`), the runs they fine-tune from whose checkpoint is not on this
     machine (the ledger travels with the repository, checkpoints do not), and the runs fine-tuning from a run that
-    runs again (a row never mixes starting checkpoints). Sources first, then every row's first seed before any
-    second one, the zero-shot row and the slowest (MiniLM) rows first within a seed."""
+    runs again or that fine-tuned another checkpoint than its source's record holds (a row never mixes starting
+    checkpoints). Sources first, then every row's first seed before any second one, the zero-shot row and the
+    slowest (MiniLM) rows first within a seed."""
     runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
     clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
     for run in runs:
         recorded = ledger.records.get(run.name)
         if recorded and recorded.get("plan") == plan_of(run, out):
             why = rerun_reason(recorded, clean_tree, retest)
+            source = source_run(run.row, profile, run.seed)
+            if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
+                why = "fine-tuned another checkpoint than its pretraining run's record holds"
             if why is None:
                 continue
             say(f"{run.name}: {why}: it runs again")

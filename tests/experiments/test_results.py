@@ -441,6 +441,49 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     assert [r.name for r in runner.todo_runs([gate], (0, 1), out, "full", ledger, retest=True)] == [old.name]
 
 
+def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_is_marked_and_runs_again(
+    tmp_path, monkeypatch
+):
+    """A row's seeds share a starting point only if each fine-tuned the checkpoint its pretraining run's record
+    holds: by content (`init_checkpoint_sha256`), or for a record from before that field, at least not finished
+    before that record was (seed 0 of the beer transfer row fine-tuned a CPU checkpoint, its record a later GPU
+    re-run's). Such a row is marked on the page, and the next run of the profile fine-tunes the run again."""
+    monkeypatch.setattr(runner, "git_commit", lambda: "def5678")
+    rows = {r.id: r for r in table.ROWS}
+    pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
+    out = str(tmp_path)
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    source = plan.Run(pretrain, 0, "full")
+    pretrained = dict(_record(pretrain.id, 0, {"map": 0.9}, "full"), plan=runner.plan_of(source, out))
+    ledger.add(source.name, dict(pretrained, finished="2026-11-25", checkpoint_sha256="cd" * 32))
+    os.makedirs(tmp_path / "runs" / source.name)
+    starts = (
+        {"finished": "2026-11-24"},  # before its source's record: another checkpoint
+        {"finished": "2026-11-25"},
+        {"finished": "2026-11-26", "init_checkpoint_sha256": "cd" * 32},
+    )
+    for seed, started in enumerate(starts):
+        run = plan.Run(transfer, seed, "full")
+        tuned = dict(_record(transfer.id, seed, {"map": 0.8, "mrr": 0.8, "p@1": 0.7}, "full"), **started)
+        ledger.add(run.name, dict(tuned, plan=runner.plan_of(run, out)))
+    assert cells.mixed_starts(transfer, ledger) == [0] and cells.mixed_starts(pretrain, ledger) == []
+    writer.write_report([pretrain, transfer], ledger, out, str(tmp_path / "results.md"))
+    page = (tmp_path / "results.md").read_text()
+    assert "| MiniLM + GSAMN + transfer from StackExchangeQA (mixed starting checkpoints) | full | 3 |" in page
+    todo = runner.todo_runs([pretrain, transfer], (0, 1, 2), out, "full", ledger)
+    assert [r.name for r in todo] == ["full-wikiqa-minilm-gsamn-transfer-seed0"]
+    assert cells.mixed_starts(transfer, ledger) == []  # seed 0's record went with it
+    seed2 = plan.Run(transfer, 2, "full").name
+    ledger.add(seed2, dict(ledger.records[seed2], init_checkpoint_sha256="ef" * 32))  # the same day, other weights
+    assert cells.mixed_starts(transfer, ledger) == [2]
+    ledger.remove(source.name)  # a source without a record tells nothing: it runs again, and its fine-tunings
+    assert cells.mixed_starts(transfer, ledger) == []
+    assert [r.name for r in runner.todo_runs([pretrain, transfer], (0, 1, 2), out, "full", ledger)][:2] == [
+        source.name,
+        "full-wikiqa-minilm-gsamn-transfer-seed0",
+    ]
+
+
 def test_efficiency_plots_come_from_the_benchmark_cases(tmp_path):
     cases = [
         {"family": "dynsan", "variant": v, "length": n, "seconds": n * f / 1e6, "peak_mb": n * f / 1e3}
