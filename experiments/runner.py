@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import fnmatch
 import json
+import math
 import os
 import platform
 import re
@@ -575,14 +576,19 @@ def run_all(
     from runtime.ray_env import init_local_ray
 
     needed_data = data_needed(rows, profile)
-    # The dashboard serves the State API that each training run's PlacementGroupCleaner polls (runtime/ray_env.py).
-    init_local_ray(num_cpus=lanes + 1, include_dashboard=True, logging_level="WARNING")
+    widest = max((run_cpus(Run(r, s, profile), out) for r in rows for s in r.seeds_of(profile, seeds)), default=1)
+    # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for
+    # its next epoch's read. The dashboard serves the State API that each training run's PlacementGroupCleaner
+    # polls (runtime/ray_env.py).
+    init_local_ray(num_cpus=max(lanes, widest) + 1, include_dashboard=True, logging_level="WARNING")
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
         todo = todo_runs(rows, seeds, out, profile, ledger, retest)
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
-        failed = schedule(todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger)
+        failed = schedule(
+            todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger, lambda r: run_cpus(r, out)
+        )
         if failed:
             raise SystemExit(
                 f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
@@ -593,15 +599,28 @@ def run_all(
         ray.shutdown()
 
 
-def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
-    """Run every Run of `todo`, `lanes` at a time in order, each once the run it fine-tunes from is recorded; a
-    failed run is logged and its dependants skipped. Returns the names of the runs that failed or were skipped."""
+def run_cpus(run: Run, out: str) -> int:
+    """The CPUs a run's training worker asks Ray for: its command's --cpus-per-worker (one where it names none,
+    and for a zero-shot run, which trains nothing)."""
+    argv = commands(run.row, run.seed, out, run.profile)[0]
+    if "--cpus-per-worker" not in argv:
+        return 1
+    return max(1, math.ceil(float(argv[argv.index("--cpus-per-worker") + 1])))
+
+
+def schedule(todo: list[Run], lanes: int, run, ledger: Ledger, cpus=lambda run: 1) -> list[str]:
+    """Run every Run of `todo` in order on `lanes` CPUs, each taking `cpus(run)` of them (a run wider than the
+    lanes runs alone) once the run it fine-tunes from is recorded; a run that must wait for CPUs holds back the
+    runs after it, so that narrow runs never starve a wide one. A failed run is logged and its dependants skipped.
+    Returns the names of the runs that failed or were skipped."""
     pending, failed = list(todo), []
     running: dict[concurrent.futures.Future, Run] = {}
+    held: dict[concurrent.futures.Future, int] = {}  # the lanes each running run takes
     total, started = len(todo), time.time()
     say(f"{total} runs to do, {lanes} at a time")
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         while pending or running:
+            waiting = False  # a ready run is waiting for CPUs: the runs after it wait too
             for item in list(pending):
                 source_of = source_run(item.row, item.profile, item.seed)
                 source = source_of.name if source_of else None
@@ -609,15 +628,21 @@ def schedule(todo: list[Run], lanes: int, run, ledger: Ledger) -> list[str]:
                     pending.remove(item)
                     failed.append(item.name)
                     say(f"{item.name}: skipped, its pretraining run {source} failed")
-                elif len(running) < lanes and (source is None or source in ledger.records):
+                elif source is None or source in ledger.records:
+                    need = min(cpus(item), lanes)
+                    if waiting or sum(held.values()) + need > lanes:
+                        waiting = True
+                        continue
                     pending.remove(item)
-                    running[pool.submit(run, item)] = item
+                    future = pool.submit(run, item)
+                    running[future], held[future] = item, need
             if not running:  # only runs waiting for a source that is neither running nor recorded
                 failed += [item.name for item in pending]
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 item = running.pop(future)
+                held.pop(future)
                 try:
                     future.result()
                 except Exception as error:  # one run's failure costs that run, not the report

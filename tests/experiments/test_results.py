@@ -546,6 +546,46 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
     assert list(ledger.records) == ["trecqa-ctrn-seed1"]
 
 
+def test_a_run_asking_for_two_cpus_takes_two_lanes_and_is_not_overtaken_by_narrower_runs(tmp_path):
+    """On two lanes, the 3-epoch cross-encoder (--cpus-per-worker 2) beside a one-CPU run held every CPU of the
+    runner's Ray and both waited forever for their data reads; it now runs alone, in its turn."""
+    import threading
+    import time
+
+    rows = {r.id: r for r in table.ROWS}
+    wide, narrow, zero_shot = (
+        rows["wikiqa/minilm-cross-encoder-3-epochs"],
+        rows["trecqa/ctrn"],
+        rows["wikiqa/minilm-zero-shot"],
+    )
+    out = str(tmp_path)
+    assert [runner.run_cpus(plan.Run(r, 0), out) for r in (wide, narrow, zero_shot)] == [2, 1, 1]
+    lock, held, peak, order = threading.Lock(), [0], [0], []
+
+    def run(item):
+        need = runner.run_cpus(item, out)
+        with lock:
+            held[0] += need
+            peak[0] = max(peak[0], held[0])
+            order.append(item.name)
+        time.sleep(0.05)
+        with lock:
+            held[0] -= need
+        ledger.add(item.name, {"row": item.row.id})
+
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    todo = [plan.Run(narrow, 0), plan.Run(wide, 0), plan.Run(narrow, 1), plan.Run(narrow, 2)]
+    assert runner.schedule(todo, 2, run, ledger, lambda r: runner.run_cpus(r, out)) == []
+    assert peak[0] == 2 and len(order) == 4
+    assert order.index("wikiqa-minilm-cross-encoder-3-epochs-seed0") < order.index("trecqa-ctrn-seed1")
+    ledger, peak[0] = runner.Ledger(str(tmp_path / "one.json")), 0  # wider than the lanes: alone, not never
+    assert (
+        runner.schedule([plan.Run(wide, 0), plan.Run(narrow, 0)], 1, run, ledger, lambda r: runner.run_cpus(r, out))
+        == []
+    )
+    assert peak[0] == 2 and list(ledger.records) == ["wikiqa-minilm-cross-encoder-3-epochs-seed0", "trecqa-ctrn-seed0"]
+
+
 def test_a_jobs_summary_is_its_last_json_line_even_with_ray_log_lines_after_it(tmp_path):
     with open(tmp_path / "log", "w") as log:
         code = "print('starting'); print('{\"metrics\": {\"map\": 0.5}}'); print('(RayTrainWorker pid=1) done')"
