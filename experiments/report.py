@@ -670,10 +670,13 @@ def runs_section(runs: dict, ledger: Ledger) -> list[str]:
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         sha = r.get("checkpoint_sha256", "")[:16] or "-"
         # the argument lists that ran (a GPU run's device options included), where the record keeps them; records
-        # older than argument lists show their plan's commands
-        ran = [shown(argv) for argv in r["argv"]] if r.get("argv") else r["commands"]
-        cmd = "<br>".join(f"`{c}`" for c in ran)
+        # older than argument lists show their plan's commands, said to be that (a GPU run's lack its options)
         device = f" ({r['device'].removeprefix('cuda: ')})" if r.get("device", "cpu") != "cpu" else ""
+        if r.get("argv"):
+            cmd = "<br>".join(f"`{shown(argv)}`" for argv in r["argv"])
+        else:
+            lacking = ", without the GPU options it ran with" if device else ""
+            cmd = f"not recorded as run; planned{lacking}: " + "<br>".join(f"`{c}`" for c in r["commands"])
         lines.append(
             f"| {r['row']} | {r.get('profile', 'hour')} | {r['seed']} | {r['split']} | {figures} "
             f"| {r['seconds']:.0f}{device} | {r.get('commit', '-')} | {sha} | {cmd} |"

@@ -931,13 +931,16 @@ def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_opti
         argv=[["jobs/train.py", "--model", "gsamn", "--use-gpu", "--gpus-per-worker", "0.111"]],
     )
     older = _record("wikiqa/minilm-gsamn", 1, {"map": 0.74}, "full")  # recorded before argument lists were kept
+    older_gpu = dict(_record("wikiqa/minilm-gsamn", 2, {"map": 0.74}, "full"), device="cuda: NVIDIA H100 80GB HBM3")
     ledger = runner.Ledger(str(tmp_path / "ledger.json"))
-    lines = writer.runs_section({"full-a-seed0": gpu, "full-a-seed1": older}, ledger)
+    lines = writer.runs_section({"full-a-seed0": gpu, "full-a-seed1": older, "full-a-seed2": older_gpu}, ledger)
     (gpu_line,) = [line for line in lines if "| 0 | test |" in line]
     (older_line,) = [line for line in lines if "| 1 | test |" in line]
-    assert "`python jobs/train.py --model gsamn --use-gpu --gpus-per-worker 0.111`" in gpu_line
+    (older_gpu_line,) = [line for line in lines if "| 2 | test |" in line]
+    assert "| `python jobs/train.py --model gsamn --use-gpu --gpus-per-worker 0.111` |" in gpu_line
     assert "(NVIDIA H200)" in gpu_line
-    assert "`python jobs/train.py ...`" in older_line
+    assert "| not recorded as run; planned: `python jobs/train.py ...` |" in older_line
+    assert "not recorded as run; planned, without the GPU options it ran with: `python" in older_gpu_line
 
 
 def test_only_data_steps_still_to_run_need_the_shared_data(tmp_path, monkeypatch):
