@@ -56,7 +56,13 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
     p.add_argument("--min-count", type=int, default=1, help="fastText: words seen fewer times are not trained")
     p.add_argument("--min-n", type=int, default=3, help="fastText: shortest character n-gram")
     p.add_argument("--max-n", type=int, default=6, help="fastText: longest character n-gram")
-    p.add_argument("--workers", type=int, default=0, help="fastText: threads (0: every core)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="fastText: threads; one (the default) trains the same vectors on every run, more (0: every core) "
+        "train faster but never twice the same",
+    )
     p.add_argument("--seed", type=int, default=0, help="fastText and the random rows of uncovered words")
     p.add_argument(
         "--no-lowercase-fallback",

@@ -42,7 +42,9 @@ class VectorsConfig:
     min_count: int = 1
     min_n: int = 3  # character n-gram lengths of fastText's subwords
     max_n: int = 6
-    workers: int = 0  # 0: every core of this machine
+    # fastText threads: one gives the same vectors on every run (several race on the shared weights, so a data step
+    # re-run elsewhere would give the word-vector rows other inputs); 0: every core of this machine
+    workers: int = 1
     seed: int = 0
     lowercase_fallback: bool = True  # a word missing from cased vectors takes its lower-case form's vector
     encoder: str | None = None  # a local transformer ('minilm', 'mpnet-base' or a directory): distil its vectors
