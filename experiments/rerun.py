@@ -8,8 +8,9 @@ included) run again from the code of the commit the record names, extracted with
 tree is left alone and need not be clean), from the repository root, so that the data paths it names
 (`out/results/data/...`) are the ones it read, on a Ray instance of its own. Only where the run writes moves, into
 OUT (`--storage-path`, `--test-output`, `--output`): the recorded run's checkpoint stays as it was. A fine-tuning
-run's starting checkpoint must be here with the sha256 its record names (re-run its source first otherwise); data
-the run reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
+run's starting checkpoint must be here with the sha256 its record names (re-run its source first otherwise), and
+so must the data manifest and word vectors it read (`inputs_sha256`, where its record keeps them); data the run
+reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
 
 Refused before any work: a record from uncommitted code (no commit holds what it ran), a commit this clone lacks,
 a GPU record where no GPU is (the same device kind), an OUT that holds one of the run's inputs or is the results'
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import io
 import json
 import os
@@ -122,6 +124,26 @@ def source_checkpoint_problem(name: str, record: dict) -> str | None:
     return None
 
 
+@functools.cache
+def _sha256(path: str) -> str:
+    from pipelines.shards import sha256_file
+
+    return sha256_file(path)
+
+
+def inputs_problem(name: str, record: dict) -> str | None:
+    """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
+    content than it read, or None. A file not here is prepared by the data steps first, and checked again then."""
+    for path, recorded in record.get("inputs_sha256", {}).items():
+        here = os.path.join(REPO, path)
+        if os.path.exists(here) and _sha256(here) != recorded:
+            return (
+                f"{name}: read {path} with sha256 {recorded[:12]}, and the file here differs (its data step ran "
+                "again since): a re-run would not test the record"
+            )
+    return None
+
+
 def commit_in_clone(commit: str) -> bool:
     found = subprocess.run(
         ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True, text=True, check=False
@@ -144,6 +166,7 @@ def pick(ledger: Ledger, seed: int, max_seconds: float | None) -> tuple[str, int
         if (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
         and why_not_here(name, record, gpu, commit_in_clone) is None
         and source_checkpoint_problem(name, record) is None
+        and inputs_problem(name, record) is None
     )
     if not eligible:
         raise RerunRefused("no record of the ledger can re-run here (see --max-seconds)")
@@ -210,7 +233,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
     """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it."""
     gpu = is_gpu_record(record)
     problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone)
-    problem = problem or source_checkpoint_problem(name, record)
+    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record)
     if problem:
         raise RerunRefused(problem)
     check_scratch(scratch, record)
@@ -219,6 +242,10 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
     # a Ray instance of its own: workers of a running results.py's instance would import that tree's code
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
     prepare_inputs(record, env)
+    _sha256.cache_clear()  # what the data steps just wrote
+    problem = inputs_problem(name, record)
+    if problem:
+        raise RerunRefused(problem)
     code = extract_code(record["commit"], scratch)
     env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else code
     argvs = [redirected(argv, scratch, name) for argv in record["argv"]]

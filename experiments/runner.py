@@ -374,6 +374,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         )
         if train.get("init_from"):  # the checkpoint it fine-tuned from, by content
             record["init_checkpoint_sha256"] = sha256_file(os.path.join(train["init_from"], "state.pt"))
+        record["inputs_sha256"] = inputs_read(config["train"])  # the data and word vectors, by content
     predictions = os.path.join(out, "predictions", key + ".jsonl")
     if os.path.exists(predictions):  # what the row's interval and the paired tests of its claims are computed from
         record["per_question"] = question_figures(predictions)
@@ -381,6 +382,28 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
     return record
+
+
+def inputs_read(train: dict) -> dict[str, str]:
+    """The sha256 of the files a training run read besides its code and starting checkpoint, by the paths its saved
+    configuration `train` names: its data's manifest (which holds every shard's sha256) and the word vectors it
+    started from, if any. experiments/rerun.py checks them: a data step run again since (on other software, or
+    an earlier fastText on several threads) gives a run other inputs than its record's."""
+    from pipelines.shards import sha256_file
+    from training.config import TrainConfig
+    from training.data import embeddings_path
+
+    def here(path: str) -> str:  # relative paths are the repository's, as the commands name them
+        return os.path.join(REPO, path)
+
+    def named(path: str) -> str:  # and by the name the commands give them
+        return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
+
+    cfg = TrainConfig.from_saved(dict(train, data=here(train["data"])))
+    if cfg.embeddings not in ("auto", "none"):
+        cfg.embeddings = here(cfg.embeddings)
+    paths = [os.path.join(cfg.data, "manifest.json"), embeddings_path(cfg)]
+    return {named(path): sha256_file(path) for path in paths if path and os.path.exists(path)}
 
 
 def steps_to_run(out: str, keys: set[str]) -> list[DataStep]:
