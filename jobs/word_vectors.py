@@ -61,7 +61,7 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
         type=int,
         default=1,
         help="fastText: threads; one (the default) trains the same vectors on every run, more (0: every core) "
-        "train faster but never twice the same",
+        "train faster, but their races make two runs' vectors differ",
     )
     p.add_argument("--seed", type=int, default=0, help="fastText and the random rows of uncovered words")
     p.add_argument(
