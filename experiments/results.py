@@ -146,21 +146,27 @@ def main(argv=None) -> int:
                 f"{missing[0]} not found{more}: the data steps still to run read ../shared/data (or QA_SHARED_DATA)"
             )
         started = time.time()
-        data_seconds = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
+        invocation = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
-        if not (args.only or args.all):  # the profile's whole plan ran: its time is the report's
+        if not (args.only or args.all) and invocation.whole_plan:  # the profile's time is this invocation's
             ledger.add(
                 f"meta:{args.profile}",
                 {
                     "profile": args.profile,
                     "commit": git_commit(),
                     "wall_s": round(time.time() - started, 1),
-                    "data_wall_s": round(data_seconds, 1),
+                    "data_wall_s": round(invocation.data_seconds, 1),
                     "lanes": args.lanes,
                     "finished": datetime.date.today().isoformat(),
                     "machine": machine_description(args.use_gpu),
                 },
+            )
+        elif not (args.only or args.all):
+            print(
+                f"{invocation.runs_done} of the plan's {invocation.runs_planned} runs ran in this invocation (the "
+                "others were recorded already): the report keeps the wall time of the last invocation that ran "
+                "them all"
             )
     write_report(report_rows(ledger), ledger, out, args.report)
     return 0

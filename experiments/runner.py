@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import datetime
 import fnmatch
 import json
@@ -582,6 +583,20 @@ def missing_inputs(rows: list[Row], profile: str, out: str) -> list[str]:
     return missing
 
 
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """What one invocation of a plan did: the wall time of its data preparation, and how many of the plan's runs it
+    ran (the others were recorded already). Only an invocation that ran them all timed the plan."""
+
+    data_seconds: float
+    runs_done: int
+    runs_planned: int
+
+    @property
+    def whole_plan(self) -> bool:
+        return self.runs_done == self.runs_planned
+
+
 def run_all(
     rows: list[Row],
     seeds: tuple,
@@ -591,7 +606,7 @@ def run_all(
     profile: str = "hour",
     use_gpu: bool = False,
     retest: bool = False,
-) -> float:
+) -> Invocation:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
     runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
     import ray
@@ -617,7 +632,8 @@ def run_all(
                 f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
                 f"recorded in {ledger.path}, and running again resumes"
             )
-        return data_seconds
+        planned = {(row.id, seed) for row in rows for seed in row.seeds_of(profile, seeds)}
+        return Invocation(data_seconds, len(todo), len(planned))
     finally:
         ray.shutdown()
 

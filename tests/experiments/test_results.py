@@ -961,3 +961,24 @@ def test_only_data_steps_still_to_run_need_the_shared_data(tmp_path, monkeypatch
     assert len(missing) == len(set(missing)) == 5
     squad = runner.selected_rows(["squad/dynsan"], profile="full")
     assert runner.missing_inputs(squad, "full", out) == [os.path.join(shared, "squad_sample")]
+
+
+def test_only_an_invocation_that_ran_the_whole_plan_times_it(tmp_path, monkeypatch, capsys):
+    """A resumed invocation (most runs recorded before it) takes minutes: its time is not the plan's."""
+    from experiments import results
+
+    monkeypatch.setattr(results, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(results, "missing_inputs", lambda *a: [])
+    done = runner.Invocation(data_seconds=0.0, runs_done=3, runs_planned=71)
+    monkeypatch.setattr(results, "run_all", lambda *a: done)
+    ledger_path = str(tmp_path / "ledger.json")
+    argv = ["--profile", "hour", "--skip-efficiency", "--ledger", ledger_path, "--out", str(tmp_path / "out")]
+    assert results.main([*argv, "--report", str(tmp_path / "results.md")]) == 0
+    assert "meta:hour" not in runner.Ledger(ledger_path).records
+    assert "3 of the plan's 71 runs ran in this invocation" in capsys.readouterr().out
+    done = runner.Invocation(data_seconds=120.0, runs_done=71, runs_planned=71)
+    assert results.main([*argv, "--report", str(tmp_path / "results.md")]) == 0
+    meta = runner.Ledger(ledger_path).records["meta:hour"]
+    assert meta["data_wall_s"] == 120.0 and meta["commit"] == "abc1234" and meta["wall_s"] < 60
+    assert results.main([*argv, "--only", "wikiqa/*", "--report", str(tmp_path / "results.md")]) == 0
+    assert runner.Ledger(ledger_path).records["meta:hour"] == meta  # a selection is not the plan either
