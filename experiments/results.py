@@ -149,25 +149,26 @@ def main(argv=None) -> int:
         invocation = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
         if not args.skip_efficiency:
             run_efficiency(out, ledger)
-        if not (args.only or args.all) and invocation.whole_plan:  # the profile's time is this invocation's
-            ledger.add(
-                f"meta:{args.profile}",
-                {
-                    "profile": args.profile,
-                    "commit": git_commit(),
-                    "wall_s": round(time.time() - started, 1),
-                    "data_wall_s": round(invocation.data_seconds, 1),
-                    "lanes": args.lanes,
-                    "finished": datetime.date.today().isoformat(),
-                    "machine": machine_description(args.use_gpu),
-                },
-            )
-        elif not (args.only or args.all):
-            print(
-                f"{invocation.runs_done} of the plan's {invocation.runs_planned} runs ran in this invocation (the "
-                "others were recorded already): the report keeps the wall time of the last invocation that ran "
-                "them all"
-            )
+        if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
+            if invocation.whole_plan:
+                ledger.add(
+                    f"meta:{args.profile}",
+                    {
+                        "profile": args.profile,
+                        "commit": git_commit(),
+                        "wall_s": round(time.time() - started, 1),
+                        "data_wall_s": round(invocation.data_seconds, 1),
+                        "lanes": args.lanes,
+                        "finished": datetime.date.today().isoformat(),
+                        "machine": machine_description(args.use_gpu),
+                    },
+                )
+            else:
+                print(
+                    f"{invocation.runs_done} of the plan's {invocation.runs_planned} runs ran in this invocation "
+                    "(the others were recorded already): the report keeps the wall time of the last invocation "
+                    "that ran them all"
+                )
     write_report(report_rows(ledger), ledger, out, args.report)
     return 0
 

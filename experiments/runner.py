@@ -614,7 +614,8 @@ def run_all(
     from runtime.ray_env import init_local_ray
 
     needed_data = data_needed(rows, profile)
-    widest = max((run_cpus(Run(r, s, profile), out) for r in rows for s in r.seeds_of(profile, seeds)), default=1)
+    planned = [Run(r, s, profile) for r in rows for s in r.seeds_of(profile, seeds)]
+    widest = max((run_cpus(run, out) for run in planned), default=1)
     # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for
     # its next epoch's read. The dashboard serves the State API that each training run's PlacementGroupCleaner
     # polls (runtime/ray_env.py).
@@ -632,7 +633,6 @@ def run_all(
                 f"{len(failed)} runs failed: {', '.join(failed)} (logs in {out}/logs); the others are "
                 f"recorded in {ledger.path}, and running again resumes"
             )
-        planned = {(row.id, seed) for row in rows for seed in row.seeds_of(profile, seeds)}
         return Invocation(data_seconds, len(todo), len(planned))
     finally:
         ray.shutdown()
