@@ -102,8 +102,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--retest",
         action="store_true",
-        help="also run again the selected runs recorded without per-question figures (before they were kept), so "
-        "that their rows get a 95%% interval and their claims a paired test",
+        help="also run again the selected runs recorded without per-question figures or without the sha256 of "
+        "what they read (before either was kept), so that their rows get a 95%% interval, their claims a paired "
+        "test, and experiments/rerun.py can check them",
     )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(

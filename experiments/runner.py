@@ -473,11 +473,15 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
 def rerun_reason(record: dict, clean_tree: bool, retest: bool = False) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
-    record predates per-question figures (its row then has no interval and its claims no paired test)."""
+    record predates per-question figures (its row then has no interval and its claims no paired test) or the sha256
+    of what it read (experiments/rerun.py cannot then tell a re-run on other data or word vectors from training
+    that does not reproduce)."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
+    if retest and "inputs_sha256" not in record:
+        return "recorded without the sha256 of the data and word vectors it read (--retest)"
     return None
 
 

@@ -431,14 +431,20 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     for run in (source, tuned):  # a rerun trains anew rather than resuming the finished run
         assert not (tmp_path / "runs" / run.name).exists() and run.name not in ledger.records
         assert not (tmp_path / "runs" / f"{run.name}.plan.json").exists()
-    # --retest: a run recorded before per-question figures runs again; one with them does not
+    # --retest: a run recorded before per-question figures, or before the sha256 of what it read, runs again; one
+    # with both does not
     gate = rows["trecqa/iarnn-gate"]
-    old, new = plan.Run(gate, 0, "full"), plan.Run(gate, 1, "full")
+    old, unchecked, new = (plan.Run(gate, seed, "full") for seed in (0, 1, 2))
+    per_question = {"metric": "ap", "values": {"Q1": 0.5}}
+    inputs = {"out/data/trecqa/manifest.json": "cd" * 32}
     ledger.add(old.name, dict(_record(gate.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(old, out)))
-    tested = dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=runner.plan_of(new, out))
-    ledger.add(new.name, dict(tested, per_question={"metric": "ap", "values": {"Q1": 0.5}}))
-    assert runner.todo_runs([gate], (0, 1), out, "full", ledger) == []
-    assert [r.name for r in runner.todo_runs([gate], (0, 1), out, "full", ledger, retest=True)] == [old.name]
+    tested = dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=runner.plan_of(unchecked, out))
+    ledger.add(unchecked.name, dict(tested, per_question=per_question))
+    tested = dict(_record(gate.id, 2, {"map": 0.5}, "full"), plan=runner.plan_of(new, out))
+    ledger.add(new.name, dict(tested, per_question=per_question, inputs_sha256=inputs))
+    assert runner.todo_runs([gate], (0, 1, 2), out, "full", ledger) == []
+    retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
+    assert [r.name for r in retested] == [old.name, unchecked.name]
 
 
 def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_is_marked_and_runs_again(
