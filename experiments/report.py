@@ -642,8 +642,15 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "| record | its commit | device | figure | recorded | re-run | difference | weights | drawn |",
         "|---|---|---|---|---:|---:|---:|---|---|",
     ]
+    replaced = False
     for name, c in checks.items():
         rerun = "-" if c.get("rerun") is None else f"{c['rerun']:.4f}"
+        record = ledger.records.get(name)
+        # a record that ran again after its check (--retest, a changed plan): the check is of the one before
+        since = record is not None and (
+            record.get("commit") != c["commit"] or (record.get("test") or {}).get(c["figure"]) != c["recorded"]
+        )
+        replaced |= since
         difference = "-" if c.get("difference") is None else f"{c['difference']:+.4f}"
         checkpoint = {True: "the same weights", False: "other weights"}.get(c.get("weights_identical"), "-")
         drawn = c.get("drawn")
@@ -652,9 +659,17 @@ def rerun_section(ledger: Ledger) -> list[str]:
             drawn_text += f" recorded in at most {drawn['max_seconds']:.0f} s"
         verdict = "" if c.get("same") else " (**not the same**)"
         lines.append(
-            f"| {name} | {c['commit']} | {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "
+            f"| {name}{' (record since replaced)' if since else ''} | {c['commit']} "
+            f"| {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "
             f"| {c['recorded']:.4f} | {rerun} | {difference}{verdict} | {checkpoint} | {drawn_text} |"
         )
+    if replaced:
+        lines += [
+            "",
+            'A record marked "since replaced" ran again after its check (its row was re-run, for example by '
+            "`--retest`): the check stands for the record as it was, at the commit shown; the ledger now holds the "
+            "new one.",
+        ]
     return lines + [""]
 
 

@@ -216,3 +216,11 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     b = next(line for line in lines if line.startswith("| b |"))
     assert "| 0.5500 | 0.5500 | +0.0000 | the same weights | named |" in a
     assert "+0.0100 (**not the same**)" in b and "--seed 4, of 21" in b
+    assert not any("since replaced" in line for line in lines)  # neither record is in this ledger to compare
+    # a record as it was checked is not marked; one that ran again after its check is
+    ledger.add("a", {"commit": "37900c6", "test": {"map": 0.55}})
+    ledger.add("b", {"commit": "f370a2e", "test": {"map": 0.57}})
+    lines = rerun_section(ledger)
+    assert next(line for line in lines if line.startswith("| a")).startswith("| a | 37900c6 |")
+    assert next(line for line in lines if line.startswith("| b")).startswith("| b (record since replaced) | 37900c6 |")
+    assert any(line.startswith('A record marked "since replaced"') for line in lines)
