@@ -204,7 +204,7 @@ PROFILE_TEXT = {
         f"TrecQA recipe; pretrained encoders: at most {FULL_ENCODER_EPOCHS}, stopped after "
         f"{FULL_ENCODER_PATIENCE}; the best dev checkpoint is scored)"
     ),
-    "hour": "hour: the plan that regenerates in under an hour on 2 cores (minutes per run)",
+    "hour": "hour: the plan meant to regenerate within an hour on 2 cores (minutes per run)",
 }
 
 

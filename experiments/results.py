@@ -16,9 +16,10 @@ start-up.
 Two profiles: `full` trains every answer-selection row with its paper's recipe until dev MAP stops improving (a
 word-vector model at most 25 epochs of all the training pairs with a patience of 5, CTRN's TrecQA recipe; a
 pretrained encoder at most 10 with a patience of 2), three seeds for the WikiQA headline rows; `hour` is the plan
-sized to regenerate in under an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps
-that still learn. Each run's record (commands, the recipe they resolve to, seed, resolved configuration, dev and test
-figures, the sha256 of the checkpoint it scored, seconds, commit) goes into the ledger as it finishes. The ledger
+meant to regenerate within an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps
+that still learn (the report gives the time the last complete invocation took). Each run's record (commands, the
+recipe they resolve to, seed, resolved configuration, dev and test figures, the sha256 of the checkpoint it scored,
+seconds, commit) goes into the ledger as it finishes. The ledger
 is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
 machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
 again, and nothing else does; --report-only rewrites the report from the ledger. The papers' figures are quoted
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         choices=["full", "hour"],
         help="full (default): every answer-selection row with its paper's recipe until dev MAP stops "
         f"improving (at most {FULL_EPOCHS} epochs, {FULL_ENCODER_EPOCHS} for a pretrained encoder); hour: the plan "
-        "that regenerates in under an hour",
+        "meant to regenerate within an hour (the report gives the time it last took)",
     )
     p.add_argument("--out", default=os.path.join(REPO, "out", "results"), help="data, runs, checkpoints and logs")
     p.add_argument(
