@@ -346,6 +346,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     if row.model is None:
         # the bi-encoder embeds in fp32 (no autocast)
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"], precision="fp32")
+        record["inputs_sha256"] = data_read(data_folder(out, row.data))  # for rerun.py, and --retest
     else:
         train = summaries[0]
         # the best checkpoint's figures on the row's split, scored by the training job
@@ -390,20 +391,32 @@ def inputs_read(train: dict) -> dict[str, str]:
     configuration `train` names: its data's manifest (which holds every shard's sha256) and the word vectors it
     started from, if any. experiments/rerun.py checks them: a data step run again since (on other software, or
     an earlier fastText on several threads) gives a run other inputs than its record's."""
-    from pipelines.shards import sha256_file
     from training.config import TrainConfig
     from training.data import embeddings_path
 
-    def here(path: str) -> str:  # relative paths are the repository's, as the commands name them
-        return os.path.join(REPO, path)
+    cfg = TrainConfig.from_saved(dict(train, data=_in_repo(train["data"])))
+    if cfg.embeddings not in ("auto", "none"):
+        cfg.embeddings = _in_repo(cfg.embeddings)
+    return _sha256_by_name([os.path.join(cfg.data, "manifest.json"), embeddings_path(cfg)])
 
-    def named(path: str) -> str:  # and by the name the commands give them
+
+def data_read(data: str) -> dict[str, str]:
+    """The sha256 of the data manifest a zero-shot run scored (`data`: its folder as the command names it); it
+    reads no word vectors, and its encoder is named by its record."""
+    return _sha256_by_name([os.path.join(_in_repo(data), "manifest.json")])
+
+
+def _in_repo(path: str) -> str:  # relative paths are the repository's, as the commands name them
+    return os.path.join(REPO, path)
+
+
+def _sha256_by_name(paths: list[str | None]) -> dict[str, str]:
+    """Each existing file's sha256, keyed by the name the commands give it (relative to the repository)."""
+    from pipelines.shards import sha256_file
+
+    def named(path: str) -> str:
         return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
 
-    cfg = TrainConfig.from_saved(dict(train, data=here(train["data"])))
-    if cfg.embeddings not in ("auto", "none"):
-        cfg.embeddings = here(cfg.embeddings)
-    paths = [os.path.join(cfg.data, "manifest.json"), embeddings_path(cfg)]
     return {named(path): sha256_file(path) for path in paths if path and os.path.exists(path)}
 
 

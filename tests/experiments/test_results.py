@@ -1,6 +1,7 @@
 """experiments/results.py: every command of the plan is one the jobs accept, dependencies are kept, and the report's
 figures are the means and spreads of the recorded runs, beside the papers'."""
 
+import hashlib
 import json
 import os
 import re
@@ -790,6 +791,21 @@ def test_a_run_is_recorded_at_the_commit_it_started_from_and_marked_when_the_tre
         monkeypatch.setattr(runner, "git_commit", lambda answers=answers: next(answers))
         record = runner.run_one(runner.Run(row, 0, "full"), str(tmp_path / "out"), {}, ledger)
         assert record["commit"] == recorded and ledger.records[runner.run_name(row, 0, "full")]["commit"] == recorded
+
+
+def test_a_zero_shot_record_keeps_the_sha256_of_the_data_it_scored_and_is_not_retested_again(tmp_path, monkeypatch):
+    """A zero-shot run reads no word vectors, but it scores its data: its record keeps the manifest's sha256 (for
+    experiments/rerun.py), and so --retest, which re-runs records made before that was kept, leaves it recorded."""
+    row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
+    out = tmp_path / "out"
+    manifest = out / "data" / row.data / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"shards": []}\n')
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
+    record = runner.run_one(runner.Run(row, 0, "full"), str(out), {}, runner.Ledger(str(tmp_path / "ledger.json")))
+    assert record["inputs_sha256"] == {str(manifest): hashlib.sha256(manifest.read_bytes()).hexdigest()}
+    assert runner.rerun_reason(dict(record, per_question={"metric": "ap", "values": {}}), True, retest=True) is None
 
 
 def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path, monkeypatch):
