@@ -19,11 +19,11 @@ pretrained encoder at most 10 with a patience of 2), three seeds for the WikiQA 
 meant to regenerate within an hour on this project's CI machine (2 cores, no GPU), each row with the fewest steps
 that still learn (the report gives the time the last complete invocation took). Each run's record (commands, the
 recipe they resolve to, seed, resolved configuration, dev and test figures, the sha256 of the checkpoint it scored,
-seconds, commit) goes into the ledger as it finishes. The ledger
-is committed beside the report (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any
-machine: a run whose record is missing, or was made under another plan (a changed command or recipe), runs
-again, and nothing else does; --report-only rewrites the report from the ledger. The papers' figures are quoted
-in `experiments/rows.py` (`ROWS`) with their table; missing data sets are listed there in `MISSING`.
+seconds, commit) goes into the ledger as it finishes. The ledger is committed beside the report
+(docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any machine: a run whose record is
+missing, or was made under another plan (a changed command or recipe), runs again, and nothing else does;
+--report-only rewrites the report from the ledger. The papers' figures are quoted in `experiments/rows.py` (`ROWS`)
+with their table; missing data sets are listed there in `MISSING`.
 """
 
 from __future__ import annotations
