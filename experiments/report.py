@@ -642,7 +642,7 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "| record | its commit | device | figure | recorded | re-run | difference | weights | drawn |",
         "|---|---|---|---|---:|---:|---:|---|---|",
     ]
-    replaced = False
+    replaced = unrecorded = False
     for name, c in checks.items():
         rerun = "-" if c.get("rerun") is None else f"{c['rerun']:.4f}"
         record = ledger.records.get(name)
@@ -658,6 +658,9 @@ def rerun_section(ledger: Ledger) -> list[str]:
         if drawn and drawn.get("max_seconds"):
             drawn_text += f" recorded in at most {drawn['max_seconds']:.0f} s"
         verdict = "" if c.get("same") else " (**not the same**)"
+        if not c.get("same") and c.get("inputs_checked") is False:
+            verdict = " (**not the same**; inputs unrecorded)"
+            unrecorded = True
         lines.append(
             f"| {name}{' (record since replaced)' if since else ''} | {c['commit']} "
             f"| {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "
@@ -669,6 +672,13 @@ def rerun_section(ledger: Ledger) -> list[str]:
             'A record marked "since replaced" ran again after its check (its row was re-run, for example by '
             "`--retest`): the check stands for the record as it was, at the commit shown; the ledger now holds the "
             "new one.",
+        ]
+    if unrecorded:
+        lines += [
+            "",
+            '"Inputs unrecorded": the record predates the sha256 of the data and word vectors it read, so the '
+            "re-run may have read others (a data step run again since); `experiments/results.py --retest` runs it "
+            "again and keeps them.",
         ]
     return lines + [""]
 

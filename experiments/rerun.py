@@ -272,6 +272,9 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
         "recorded_seconds": record.get("seconds"),
         "finished": datetime.date.today().isoformat(),
         "tool_commit": tool_commit,
+        # False for a record made before the sha256 of its data and word vectors was kept: a difference may then
+        # be other inputs (a data step run again since) rather than training that does not reproduce
+        "inputs_checked": bool(record.get("inputs_sha256")),
     }
     check["difference"] = None if check["rerun"] is None else check["rerun"] - check["recorded"]
     check["same"] = check["difference"] is not None and abs(check["difference"]) <= tolerance
@@ -349,6 +352,12 @@ def main(argv=None) -> int:
             f"{name}: test {check['figure']} {check['recorded']:.4f} recorded, {check['rerun']:.4f} re-run "
             f"({check['difference']:+.4f}): {'the same' if check['same'] else 'DIFFERENT'} within {args.tolerance}"
             + {True: "; the same weights", False: "; other weights", None: ""}[check.get("weights_identical")]
+            + (
+                ""
+                if check["same"] or check["inputs_checked"]
+                else "; the record predates the sha256 of the data and word vectors it read, so it may have read "
+                "others (results.py --retest runs it again and keeps them)"
+            )
         )
     print(json.dumps(check))
     return 0 if check["same"] else 1

@@ -196,6 +196,7 @@ def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     check = json.loads(done.stdout.strip().splitlines()[-1])
     assert check["same"] and check["difference"] == 0.0 and check["weights_identical"], check
+    assert check["inputs_checked"] is False  # the record keeps no sha256 of its data: the check says so
     assert os.path.isdir(tmp_path / "rerun" / f"code-{HEAD}" / "training")
     assert os.path.exists(tmp_path / "rerun" / "predictions" / "tiny.jsonl")
     assert sorted(os.listdir(tmp_path / "runs" / "tiny")) == before  # the recorded run is left as it was
@@ -224,3 +225,11 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     assert next(line for line in lines if line.startswith("| a")).startswith("| a | 37900c6 |")
     assert next(line for line in lines if line.startswith("| b")).startswith("| b (record since replaced) | 37900c6 |")
     assert any(line.startswith('A record marked "since replaced"') for line in lines)
+    # a check that differs where the record kept no sha256 of its inputs says so: other inputs may explain it
+    assert not any("inputs unrecorded" in line.lower() for line in lines)
+    ledger.add("rerun:c", dict(check, rerun=0.50, difference=-0.05, same=False, inputs_checked=False))
+    ledger.add("rerun:d", dict(check, rerun=0.50, difference=-0.05, same=False, inputs_checked=True))
+    lines = rerun_section(ledger)
+    assert "(**not the same**; inputs unrecorded)" in next(line for line in lines if line.startswith("| c |"))
+    assert "(**not the same**) |" in next(line for line in lines if line.startswith("| d |"))
+    assert any(line.startswith('"Inputs unrecorded"') for line in lines)
