@@ -5,7 +5,7 @@ the verdict on a claim, and a profile's wall time."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row, run_name
@@ -88,6 +88,29 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
 DIRTY_MARK = " (uncommitted code)"
 EARLIER_PLAN_MARK = " (earlier plan)"
 MIXED_START_MARK = " (mixed starting checkpoints)"
+INPUTS_MARK = " (runs read other data)"
+
+
+def inputs_differ(records: Iterable[dict]) -> str | None:
+    """Why runs meant to read the same data may not have, from their records' `inputs_sha256` (the data manifest
+    and word vectors each read, by content): a file that two of them read with other contents, or runs that
+    recorded what they read beside runs that did not (made before records kept it, such as a row re-run in
+    part). None where the files they share agree, or where no run recorded its inputs (nothing to set against
+    each other). Files only some runs read (another set of vectors, by design) are not compared."""
+    records = list(records)
+    recorded = [r["inputs_sha256"] for r in records if r.get("inputs_sha256")]
+    if not recorded:
+        return None
+    contents: dict[str, set[str]] = {}
+    for files in recorded:
+        for path, sha in files.items():
+            contents.setdefault(path, set()).add(sha)
+    differing = sorted(path for path, shas in contents.items() if len(shas) > 1)
+    if differing:
+        return f"{', '.join(differing)} read with other contents"
+    if len(recorded) < len(records):
+        return f"{len(records) - len(recorded)} of {len(records)} runs recorded without the sha256 of their inputs"
+    return None
 
 
 def from_earlier_plan(row: Row, ledger: Ledger, earlier: Collection[str], profile: str | None = None) -> bool:
@@ -114,8 +137,8 @@ def mixed_starts(row: Row, ledger: Ledger, profile: str | None = None) -> list[i
 def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
     """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
     ends in -dirty; where a shown run is in `earlier`, recorded under a plan since changed; and where a shown
-    fine-tuning run did not start from its source record's checkpoint), the profile its figures come from, and how
-    many seeds they average."""
+    fine-tuning run did not start from its source record's checkpoint; and where its runs read other data:
+    `inputs_differ`), the profile its figures come from, and how many seeds they average."""
     seeds = max((figure[2] for figure in figures.values()), default=0)
     shown_runs = row_records(row, ledger)
     dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
@@ -124,6 +147,7 @@ def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] 
         (DIRTY_MARK if dirty else "")
         + (EARLIER_PLAN_MARK if stale else "")
         + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
+        + (INPUTS_MARK if inputs_differ(shown_runs) else "")
     )
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
@@ -207,7 +231,7 @@ def claim_cells(
     the test questions both rows scored, its 95% bootstrap interval and the paired permutation p, and the word
     that follows from them (experiments.significance.verdict: "reversed" only where the interval excludes zero on
     the other side of the paper's). Runs recorded before per-question figures give the difference of the rows'
-    means with their spread, untested."""
+    means with their spread, untested; rows whose runs read other data (`inputs_differ`) are not compared."""
     reading = with_row.section.startswith("squad")
     digits = 1 if reading else 3
     a, b = row_figures(with_row, ledger).get(metric), row_figures(without_row, ledger).get(metric)
@@ -217,6 +241,9 @@ def claim_cells(
     means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
     if not same_budget:
         return means, "budgets differ: not compared"
+    other_data = inputs_differ(row_records(with_row, ledger) + row_records(without_row, ledger))
+    if other_data:
+        return means, f"inputs differ: not compared ({other_data})"
     if reading and min(a[0], b[0]) < 10:  # see the DynSAN section
         return means, "no evidence: F1 under 10"
     seeds_a, seeds_b = row_questions(with_row, ledger, metric), row_questions(without_row, ledger, metric)

@@ -11,6 +11,7 @@ import os
 
 from experiments.cells import (
     EARLIER_PLAN_MARK,
+    INPUTS_MARK,
     MIXED_START_MARK,
     budget_sentence,
     cell,
@@ -18,6 +19,7 @@ from experiments.cells import (
     delta,
     from_earlier_plan,
     hour_cell,
+    inputs_differ,
     interval_cell,
     mixed_starts,
     row_start,
@@ -171,7 +173,7 @@ EVIDENCE_BASE = {
 
 def evidence_lines(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
     """One line per evidence row: its test MAP against the row it changes, both from the full profile's seed 0
-    (the two recorded under different plans are said to be so, not set against each other)."""
+    (two recorded under different plans, or that read other data, are said to be so, not set against each other)."""
     by_id = {r.id: r for r in ROWS}
     lines = []
     for r in rows:
@@ -187,6 +189,14 @@ def evidence_lines(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
                 f"- {r.label}: test MAP {ours:.3f}, {base.label} {theirs:.3f}, not compared: one of the two was "
                 "recorded under an earlier plan (`python experiments/results.py --profile full "
                 f"--only '{r.id}'` re-runs it)."
+            )
+            continue
+        other_data = inputs_differ([ledger.records[run_name(r, 0, "full")], ledger.records[run_name(base, 0, "full")]])
+        if other_data:
+            lines.append(
+                f"- {r.label}: test MAP {ours:.3f}, {base.label} {theirs:.3f}, not compared: the two read other "
+                f"data ({other_data}; `python experiments/results.py --profile full --only '{r.id}' --only "
+                f"'{base.id}' --retest` re-runs both)."
             )
             continue
         lines.append(
@@ -320,7 +330,10 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "ledger keeps the command that ran, and the next run of the profile replaces it. A row marked (mixed "
         "starting checkpoints) is a fine-tuning row some of whose runs did not start from the checkpoint its "
         "pretraining run's record holds (a pretraining run since repeated on other hardware, say), so its seeds "
-        "do not share one starting point; the next run of the profile fine-tunes them again.",
+        "do not share one starting point; the next run of the profile fine-tunes them again. A row marked (runs "
+        "read other data) holds runs whose records name other contents for one data file or word vectors (by "
+        "sha256), or runs that recorded what they read beside runs made before records kept it; comparisons "
+        "between rows whose runs differ so are not made (`--retest` re-runs the runs without it).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",
@@ -466,6 +479,8 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     for r in squad:
         f = row_figures(r, ledger)
         ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
+        if ours_delta != "-" and inputs_differ(row_records(squad[0], ledger) + row_records(r, ledger)):
+            ours_delta += " (other data than the full model's)"
         # the ablations' figures are SearchQA's: their change is from the full model's there, not from Table 4's
         full_paper = squad[0].claim_paper or squad[0].paper
         theirs_delta = f"{r.paper['f1'] - full_paper['f1']:+.1f}" if r is not squad[0] else "-"
@@ -513,8 +528,10 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         figures, records = row_figures(row, ledger), row_records(row, ledger)
         mean = figures.get("map")
         interval = interval_cell(row, ledger, "map")
-        mark = (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "") + (
-            MIXED_START_MARK if mixed_starts(row, ledger) else ""
+        mark = (
+            (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
+            + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
+            + (INPUTS_MARK if inputs_differ(records) else "")
         )
         shown_mean = cell(mean) if mean else "not run"
         lines.append(

@@ -223,6 +223,28 @@ def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
     assert "| DynSAN: cross-passage blocks (a) | f1 | hour | -2.1 ± 0.1 | +9.4 | no evidence: F1 under 10 |" in text
 
 
+def test_an_ablation_that_read_other_data_than_the_full_model_says_so_beside_its_difference(tmp_path):
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    out.mkdir()
+    ledger = runner.Ledger(str(out / "runs.json"))
+    vectors = "out/results/data/squad/embeddings.npy"
+    for row, f1, sha in (("squad/dynsan", 0.22, "aa"), ("squad/dynsan-no-cross", 0.24, "aa")):
+        record = dict(_record(row, 0, {"em": 0.1, "f1": f1}), split="dev", inputs_sha256={vectors: sha * 32})
+        ledger.add(f"{row.replace('/', '-')}-seed0", record)
+    rows = [r for r in table.ROWS if r.id in ("squad/dynsan", "squad/dynsan-no-cross")]
+
+    def ablation_line():
+        writer.write_report(rows, ledger, str(out), str(report))
+        return next(line for line in report.read_text().splitlines() if line.startswith("| (a) - cross-passage"))
+
+    assert "| +2.0 | -9.4 |" in ablation_line()
+    ledger.records["squad-dynsan-seed0"].pop("inputs_sha256")  # the full model recorded before records kept it
+    assert "| +2.0 (other data than the full model's) | -9.4 |" in ablation_line()
+    assert "inputs differ: not compared" in next(
+        line for line in report.read_text().splitlines() if line.startswith("| DynSAN: cross-passage blocks (a)")
+    )
+
+
 def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_path):
     extra = [r for r in table.ROWS if r.extra]
 
@@ -319,6 +341,69 @@ def test_a_claim_is_judged_by_a_paired_test_over_the_same_questions(tmp_path):
     ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
     assert word == "not tested: runs without per-question figures" and " ± " in ours
     assert cells.interval_cell(plain, ledger, "map") == "-"
+
+
+def test_runs_that_read_other_data_are_marked_and_their_rows_not_compared(tmp_path):
+    """A claim sets two rows' runs against each other question by question: where their records name other
+    contents for a file they both read (by sha256), or where some runs recorded what they read and others did not
+    (a pair re-run in part), the page marks the row and does not judge the claim; another file read by design
+    (other word vectors) is no difference."""
+    import numpy as np
+
+    by_id = {r.id: r for r in table.ROWS}
+    gsamn, plain = by_id["wikiqa/minilm-gsamn"], by_id["wikiqa/minilm-cross-encoder"]
+    rng = np.random.default_rng(1)
+    questions = [f"Q{i}" for i in range(60)]
+    manifest, vectors = "out/results/data/wikiqa/manifest.json", "out/results/data/wikiqa/embeddings.npy"
+    read = {manifest: "aa" * 32, vectors: "bb" * 32}
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    for seed in range(3):
+        base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
+        better = {q: v + 0.1 for q, v in base.items()}
+        for row, values in ((plain, base), (gsamn, better)):
+            record = _with_questions(_record(row.id, seed, {"map": float(np.mean(list(values.values())))}), values)
+            ledger.add(f"{row.id.replace('/', '-')}-seed{seed}", dict(record, inputs_sha256=dict(read)))
+    assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1] == "holds"
+    assert "(runs read other data)" not in cells.row_start(plain, ledger, {})
+
+    # one seed of the plain row read other vectors: that row is marked, and the claim is not judged
+    ledger.records["wikiqa-minilm-cross-encoder-seed1"]["inputs_sha256"][vectors] = "cc" * 32
+    assert cells.row_start(plain, ledger, {}).startswith(
+        "| MiniLM cross-encoder, fine-tuned ([BERT] of Table 2) (runs read other data) |"
+    )
+    assert "(runs read other data)" not in cells.row_start(gsamn, ledger, {})
+    ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
+    assert word == f"inputs differ: not compared ({vectors} read with other contents)" and " ± " in ours
+
+    # the same contents, but one run recorded before records kept them: what it read is unknown
+    ledger.records["wikiqa-minilm-cross-encoder-seed1"]["inputs_sha256"][vectors] = "bb" * 32
+    ledger.records["wikiqa-minilm-gsamn-seed2"].pop("inputs_sha256")
+    word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1]
+    assert word == "inputs differ: not compared (1 of 6 runs recorded without the sha256 of their inputs)"
+    # no run recorded its inputs: nothing to set against each other, as before records kept them
+    for record in ledger.records.values():
+        record.pop("inputs_sha256", None)
+    assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1] == "holds"
+
+    # a row that reads other vectors by design shares only the manifest with the row it changes
+    assert (
+        cells.inputs_differ([{"inputs_sha256": read}, {"inputs_sha256": {manifest: "aa" * 32, "x.npy": "dd" * 32}}])
+        is None
+    )
+    word_row, distilled = by_id["wikiqa/iarnn-word"], by_id["wikiqa/iarnn-word-minilm-vectors"]
+    evidence = runner.Ledger(str(tmp_path / "evidence.json"))
+    evidence.add(
+        "full-wikiqa-iarnn-word-seed0", dict(_record(word_row.id, 0, {"map": 0.68}, "full"), inputs_sha256=read)
+    )
+    evidence.add(
+        "full-wikiqa-iarnn-word-minilm-vectors-seed0",
+        dict(_record(distilled.id, 0, {"map": 0.67}, "full"), inputs_sha256={manifest: "aa" * 32, "m.npy": "ee" * 32}),
+    )
+    (line,) = [line for line in writer.evidence_lines([distilled], evidence, set()) if line]
+    assert "test MAP 0.670 against 0.680" in line
+    evidence.records["full-wikiqa-iarnn-word-minilm-vectors-seed0"]["inputs_sha256"][manifest] = "ff" * 32
+    (line,) = [line for line in writer.evidence_lines([distilled], evidence, set()) if line]
+    assert "not compared: the two read other data" in line and "against" not in line
 
 
 def row_mean(ledger, row):
