@@ -333,7 +333,7 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "do not share one starting point; the next run of the profile fine-tunes them again. A row marked (runs "
         "read other data) holds runs whose records name other contents for one data file or word vectors (by "
         "sha256), or runs that recorded what they read beside runs made before records kept it; comparisons "
-        "between rows whose runs differ so are not made (`--retest` re-runs the runs without it).",
+        "between rows whose runs differ so are not made (`--retest` runs them again on this machine's data).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",

@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clo
 from experiments.plan import REPO, say
 from experiments.report import run_records
 from experiments.rows import ROWS
-from experiments.runner import Ledger, data_needed, device_name, git_commit, prepare_data, run_job
+from experiments.runner import Ledger, changed_inputs, data_needed, device_name, git_commit, prepare_data, run_job
 
 # The options of the ledger's commands that name what a run writes, and where a re-run writes instead.
 OUTPUT_OPTIONS = {"--storage-path": "runs", "--test-output": "predictions", "--output": "predictions"}
@@ -134,13 +134,11 @@ def _sha256(path: str) -> str:
 def inputs_problem(name: str, record: dict) -> str | None:
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
     content than it read, or None. A file not here is prepared by the data steps first, and checked again then."""
-    for path, recorded in record.get("inputs_sha256", {}).items():
-        here = os.path.join(REPO, path)
-        if os.path.exists(here) and _sha256(here) != recorded:
-            return (
-                f"{name}: read {path} with sha256 {recorded[:12]}, and the file here differs (its data step ran "
-                "again since): a re-run would not test the record"
-            )
+    for path in changed_inputs(record, _sha256)[:1]:
+        return (
+            f"{name}: read {path} with sha256 {record['inputs_sha256'][path][:12]}, and the file here differs (its "
+            "data step ran again since): a re-run would not test the record"
+        )
     return None
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import sys
 import time
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
         action="store_true",
         help="also run again the selected runs recorded without per-question figures or without the sha256 of "
         "what they read (before either was kept), so that their rows get a 95%% interval, their claims a paired "
-        "test, and experiments/rerun.py can check them",
+        "test, and experiments/rerun.py can check them; and the runs that read other data or word vectors than "
+        "this machine's data steps wrote, so that a row never sets runs on other data against each other",
     )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(
@@ -129,12 +131,17 @@ def main(argv=None) -> int:
     if args.dry_run:
         for step in data_steps(out):
             print(shown(step.argv))
+        from pipelines.shards import sha256_file
+
         clean_tree = not git_commit().endswith("-dirty")
+        sha256 = functools.cache(sha256_file)
         for row in rows:
             for seed in row.seeds_of(args.profile, seeds):
                 run = Run(row, seed, args.profile)
                 record = ledger.records.get(run.name, {})
-                recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(record, clean_tree, args.retest)
+                recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(
+                    record, clean_tree, args.retest, sha256
+                )
                 for argv in commands(row, seed, out, args.profile):
                     print(("# recorded: " if recorded else "") + shown(argv))
         print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))

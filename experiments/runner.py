@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import datetime
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Literal, overload
 
 from experiments.plan import (
@@ -483,18 +485,35 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
     return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def rerun_reason(record: dict, clean_tree: bool, retest: bool = False) -> str | None:
+def changed_inputs(record: dict, sha256: Callable[[str], str]) -> list[str]:
+    """The files a record read (`inputs_sha256`: its data's manifest, its word vectors) that are here with other
+    contents than it read (a data step run again since, on other software, say), by `sha256` (a file's hash, cached
+    by the caller). A file not here tells nothing: the data steps prepare it first."""
+    return [
+        path
+        for path, recorded in record.get("inputs_sha256", {}).items()
+        if os.path.exists(_in_repo(path)) and sha256(_in_repo(path)) != recorded
+    ]
+
+
+def rerun_reason(
+    record: dict, clean_tree: bool, retest: bool = False, sha256: Callable[[str], str] | None = None
+) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
     record predates per-question figures (its row then has no interval and its claims no paired test) or the sha256
     of what it read (experiments/rerun.py cannot then tell a re-run on other data or word vectors from training
-    that does not reproduce)."""
+    that does not reproduce), or (given `sha256`) it read other contents than this machine's data steps wrote, so
+    that its row would set runs on other data against each other."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
     if retest and "inputs_sha256" not in record:
         return "recorded without the sha256 of the data and word vectors it read (--retest)"
+    changed = changed_inputs(record, sha256) if retest and sha256 is not None else []
+    if changed:
+        return f"read other contents of {', '.join(changed)} than this machine's (--retest)"
     return None
 
 
@@ -534,10 +553,13 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     slowest (MiniLM) rows first within a seed."""
     runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
     clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
+    from pipelines.shards import sha256_file
+
+    sha256 = functools.cache(sha256_file)  # each data file hashed once, not once per run that read it
     for run in runs:
         recorded = ledger.records.get(run.name)
         if recorded and recorded.get("plan") == plan_of(run, out):
-            why = rerun_reason(recorded, clean_tree, retest)
+            why = rerun_reason(recorded, clean_tree, retest, sha256)
             source = source_run(run.row, profile, run.seed)
             if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
                 why = "fine-tuned another checkpoint than its pretraining run's record holds"

@@ -522,7 +522,13 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     gate = rows["trecqa/iarnn-gate"]
     old, unchecked, new = (plan.Run(gate, seed, "full") for seed in (0, 1, 2))
     per_question = {"metric": "ap", "values": {"Q1": 0.5}}
-    inputs = {"out/data/trecqa/manifest.json": "cd" * 32}
+    vectors = tmp_path / "data" / "trecqa" / "embeddings.npy"  # absolute here; a record names it from the repo
+    vectors.parent.mkdir(parents=True)
+    vectors.write_bytes(b"the vectors seed 2 read")
+    inputs = {
+        "out/data/trecqa/manifest.json": "cd" * 32,
+        str(vectors): hashlib.sha256(vectors.read_bytes()).hexdigest(),
+    }
     ledger.add(old.name, dict(_record(gate.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(old, out)))
     tested = dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=runner.plan_of(unchecked, out))
     ledger.add(unchecked.name, dict(tested, per_question=per_question))
@@ -531,6 +537,14 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     assert runner.todo_runs([gate], (0, 1, 2), out, "full", ledger) == []
     retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
     assert [r.name for r in retested] == [old.name, unchecked.name]
+    # and one whose data step wrote other vectors here since (the manifest not here tells nothing): only --retest
+    vectors.write_bytes(b"vectors built again, otherwise")
+    assert [r.name for r in runner.todo_runs([gate], (0, 1, 2), out, "full", ledger)] == [old.name, unchecked.name]
+    assert runner.rerun_reason(ledger.records[new.name], True, True, lambda path: hashlib.sha256(b"").hexdigest()) == (
+        f"read other contents of {vectors} than this machine's (--retest)"
+    )
+    retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
+    assert [r.name for r in retested] == [old.name, unchecked.name, new.name]
 
 
 def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_is_marked_and_runs_again(
