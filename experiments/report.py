@@ -83,6 +83,16 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
             "its curve waits to be re-run from one.",
             "",
         ]
+    base = next(r for r in ROWS if r.id == "squad/dynsan")  # the row the ablations are trained at this curve's epoch
+    base_records = row_records(base, ledger)
+    other_data = inputs_differ([record, *base_records]) if base_records else None
+    if other_data:
+        lines += [
+            f"**Other data than the ablations':** this run and the full model's runs above do not share their "
+            f"inputs ({other_data}), so the epoch it gives them is a guide until it runs again on theirs "
+            f"(`python experiments/results.py --profile full --only '{row.id}' --retest`).",
+            "",
+        ]
     lines += [
         f"It took {record['seconds'] / 3600:.1f} hours ({record['seconds'] / max(1, len(history)) / 60:.0f} "
         "minutes an epoch). "

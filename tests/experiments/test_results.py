@@ -744,6 +744,23 @@ def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ab
     )
     writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
     assert "**Uncommitted code:** this run's record names commit abc1234-dirty" in report.read_text()
+    assert "Other data than the ablations'" not in report.read_text()  # no full model recorded yet
+    # the full model re-run on other word vectors (its record keeps their sha256; the long run's does not)
+    vectors = {"out/results/data/squad/embeddings.npy": "aa" * 32}
+    ledger.add(
+        "full-squad-dynsan-seed0",
+        dict(_record("squad/dynsan", 0, {"em": 0.1, "f1": 0.22}, "full"), split="dev", inputs_sha256=vectors),
+    )
+    writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
+    assert (
+        "**Other data than the ablations':** this run and the full model's runs above do not share their inputs "
+        "(1 of 2 runs recorded without the sha256 of their inputs)"
+    ) in report.read_text()
+    ledger.add(
+        "full-squad-dynsan-long-seed0", dict(ledger.records["full-squad-dynsan-long-seed0"], inputs_sha256=vectors)
+    )
+    writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
+    assert "Other data than the ablations'" not in report.read_text()
 
 
 def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_improving(tmp_path):
