@@ -134,12 +134,13 @@ def _sha256(path: str) -> str:
 def inputs_problem(name: str, record: dict) -> str | None:
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
     content than it read, or None. A file not here is prepared by the data steps first, and checked again then."""
-    for path in changed_inputs(record, _sha256)[:1]:
-        return (
-            f"{name}: read {path} with sha256 {record['inputs_sha256'][path][:12]}, and the file here differs (its "
-            "data step ran again since): a re-run would not test the record"
-        )
-    return None
+    changed = changed_inputs(record, _sha256)
+    if not changed:
+        return None
+    return (
+        f"{name}: read {changed[0]} with sha256 {record['inputs_sha256'][changed[0]][:12]}, and the file here differs "
+        "(its data step ran again since): a re-run would not test the record"
+    )
 
 
 def commit_in_clone(commit: str) -> bool:
