@@ -76,7 +76,7 @@ def hour_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> s
         return "not in the hour's plan"
     figure = row_figures(row, ledger, "hour").get(metric)
     if not figure:
-        return "-"
+        return "left out of the hour's plan" if row.extra else "-"
     minutes = statistics.fmean(r["seconds"] for r in row_records(row, ledger, "hour")) / 60
     return (
         f"{cell(figure, scale)}, {minutes:.0f} min"
@@ -183,13 +183,21 @@ def budget_sentence(hour_row: Row, epochs_row: Row, ledger: Ledger) -> str | Non
     )
 
 
-def wall_sentence(meta: dict, ledger: Ledger) -> str:
+def wall_sentence(meta: dict, ledger: Ledger, planned: Collection[str]) -> str:
+    """The wall time of the profile's last invocation that ran its whole plan; said to be another plan's where
+    the runs that invocation planned (`runs`, recorded since it was kept) are not `planned`, the present plan's."""
     if "wall_s" not in meta:
         return "no complete invocation recorded yet"
-    text = f"the last complete invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
+    other_plan = "runs" in meta and set(meta["runs"]) != set(planned)
+    text = (
+        f"the last complete invocation ran another plan ({len(meta['runs'])} runs; the present one's "
+        f"{len(planned)} have not been timed together) and took {meta['wall_s'] / 60:.0f} minutes of wall time"
+        if other_plan
+        else f"the last complete invocation took {meta['wall_s'] / 60:.0f} minutes of wall time"
+    )
     over = (
         f"; **that is over the hour the plan is meant to fit by {meta['wall_s'] / 60 - 60:.0f} minutes**"
-        if meta.get("profile", "hour") == "hour" and meta["wall_s"] > 3600
+        if meta.get("profile", "hour") == "hour" and meta["wall_s"] > 3600 and not other_plan
         else ""
     )
     if meta.get("note"):  # what the recorded time does not show by itself (a shared machine, say)

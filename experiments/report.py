@@ -248,12 +248,14 @@ def draw_figures(rows: list[Row], ledger: Ledger, cases: list | None, figures_di
             plot_efficiency(cases, family, os.path.join(figures_dir, f"efficiency_{family}.png"))
 
 
+def planned_runs(profile: str) -> list[str]:
+    """The names of the profile's planned runs (its rows, three seeds each where a row has more than one)."""
+    return [run_name(r, seed, profile) for r in selected_rows([], profile=profile) for seed in r.seeds_of(profile)]
+
+
 def profile_counts(runs: dict) -> tuple[dict[str, int], dict[str, int]]:
     """Each profile's planned runs and those of them the ledger records."""
-    planned = {
-        profile: sum(len(r.seeds_of(profile)) for r in selected_rows([], profile=profile))
-        for profile in ("hour", "full")
-    }
+    planned = {profile: len(planned_runs(profile)) for profile in ("hour", "full")}
     recorded = {
         profile: sum(
             1
@@ -305,7 +307,7 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         if recorded[profile] or meta:
             status.append(
                 f"- **{PROFILE_TEXT[profile]}**: {recorded[profile]} of its {planned[profile]} planned runs "
-                f"recorded; {wall_sentence(meta, ledger)}"
+                f"recorded; {wall_sentence(meta, ledger, planned_runs(profile))}"
                 + (
                     f" (commit {meta['commit']}, {meta['finished']}, {meta['machine']}, {meta['lanes']} runs at a time)"
                     if meta

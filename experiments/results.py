@@ -160,6 +160,7 @@ def main(argv=None) -> int:
             run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
             if invocation.whole_plan:
+                timed = [Run(r, seed, args.profile).name for r in rows for seed in r.seeds_of(args.profile, seeds)]
                 ledger.add(
                     f"meta:{args.profile}",
                     {
@@ -168,6 +169,7 @@ def main(argv=None) -> int:
                         "wall_s": round(time.time() - started, 1),
                         "data_wall_s": round(invocation.data_seconds, 1),
                         "lanes": args.lanes,
+                        "runs": sorted(timed),  # what it timed: a later plan's page says the time is not its
                         "finished": datetime.date.today().isoformat(),
                         "machine": machine_description(args.use_gpu),
                     },

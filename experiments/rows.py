@@ -133,6 +133,13 @@ def scale_needs(row, profile: str | None) -> str:
     return row.gpu.replace(GPU_MINILM, GPU_MINILM_FULL).replace(GPU_WORDS, GPU_WORDS_FULL)
 
 
+# DynSAN's ablations at the hour's 32 steps: F1 under 10, where the page reads every difference as "no evidence"
+# (18 runs, about 12 of the hour's minutes, for a verdict known before they run). The full model stays in the hour.
+DYNSAN_ABLATION_EXTRA = (
+    "left out of the hour: at its 32 steps DynSAN's F1 is under 10, where an ablation's difference is noise; the "
+    "full profile trains them as long as the long run took to reach F1 20; "
+    "`python experiments/results.py --profile hour --only 'squad/dynsan*'` runs them with the full model"
+)
 OCCAM_EXTRA = (
     "left out of the hour: the Occam regulariser is checked once, on WikiQA context attention; "
     "`python experiments/results.py --profile hour --only '*occam*'` runs these"
@@ -551,6 +558,7 @@ ROWS = [
             "the paper's SearchQA (140k questions, 50 passages each) at full width for many epochs on a GPU; here "
             f"{DYNSAN_STEPS * DYNSAN_BATCH:,} single-paragraph questions at half width",
             split="dev",
+            extra=DYNSAN_ABLATION_EXTRA if suffix else "",
             full=DYNSAN_ABLATION + options if DYNSAN_ABLATION else None,
             full_seeds=(0,),
             claim_paper=DYNSAN_SEARCHQA if not suffix else None,
