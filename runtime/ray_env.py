@@ -183,7 +183,9 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
 
     started = False
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": state_api, "logging_level": logging.WARNING} if quiet else {}
+        # the dashboard (the State API) whether or not the job is quiet: a --verbose training job without it met
+        # "Found multiple active Ray instances" beside another Ray on the machine, every second
+        kwargs: dict = {"include_dashboard": state_api, **({"logging_level": logging.WARNING} if quiet else {})}
         if os.environ.get("RAY_ADDRESS"):
             # Ray merges this with the submitted job's runtime env; worker_env() leaves out what the job set,
             # so the two never conflict.

@@ -289,10 +289,12 @@ def test_a_job_run_directly_starts_its_own_ray_even_where_a_cluster_address_is_r
 
 
 @pytest.mark.ray
-def test_the_state_api_inside_ray_finds_its_own_instance_beside_another():
+@pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "verbose"])
+def test_the_state_api_inside_ray_finds_its_own_instance_beside_another(quiet):
     """Ray Train's PlacementGroupCleaner asks the State API from inside Ray every second; with a second Ray on the
     machine (another job, a `ray start`), its search for a cluster failed ("Found multiple active Ray instances")
-    and it printed that traceback every second."""
+    and it printed that traceback every second. A --verbose job (quiet=False) met it after the quiet ones no
+    longer did."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
     other = subprocess.Popen(
         [
@@ -311,7 +313,7 @@ def test_the_state_api_inside_ray_finds_its_own_instance_beside_another():
         assert other.stdout.readline().strip() == "up"
         code = (
             "import ray\nfrom runtime.ray_env import ray_session\n"
-            "with ray_session(num_cpus=1, state_api=True):\n"
+            f"with ray_session(num_cpus=1, quiet={quiet}, state_api=True):\n"
             "    @ray.remote\n    def actors():\n        from ray.util.state import list_actors\n"
             "        return len(list_actors())\n"
             "    print('actors', ray.get(actors.remote()))\n"
