@@ -202,19 +202,19 @@ def wall_sentence(meta: dict, ledger: Ledger, planned: Collection[str]) -> str:
     )
     if meta.get("note"):  # what the recorded time does not show by itself (a shared machine, say)
         over += f" ({meta['note']})"
+    parts = []
     if meta.get("data_wall_s"):
-        return text + f" ({meta['data_wall_s'] / 60:.0f} of them preparing the data)" + over
+        parts.append(f"{meta['data_wall_s'] / 60:.0f} of them preparing the data")
+    if meta.get("efficiency_s"):
+        parts.append(f"{meta['efficiency_s'] / 60:.0f} timing the encoders for the efficiency plots")
+    text += f" ({', '.join(parts)})" if parts else ""
     steps = sum(r["seconds"] for k, r in ledger.records.items() if k.startswith("data:"))
-    return (
-        text
-        + (
+    if not meta.get("data_wall_s") and steps:
+        text += (
             f"; the data had been prepared by an earlier one ({steps / 60:.0f} minutes, its steps summed, "
             "one after another)"
-            if steps
-            else ""
         )
-        + over
-    )
+    return text + over
 
 
 def interval_cell(row: Row, ledger: Ledger, metric: str, scale: str = "{:.3f}") -> str:

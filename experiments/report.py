@@ -256,15 +256,7 @@ def planned_runs(profile: str) -> list[str]:
 def profile_counts(runs: dict) -> tuple[dict[str, int], dict[str, int]]:
     """Each profile's planned runs and those of them the ledger records."""
     planned = {profile: len(planned_runs(profile)) for profile in ("hour", "full")}
-    recorded = {
-        profile: sum(
-            1
-            for r in runs.values()
-            if r.get("profile", "hour") == profile
-            and any(row.id == r["row"] for row in selected_rows([], profile=profile))
-        )
-        for profile in ("hour", "full")
-    }
+    recorded = {profile: sum(name in runs for name in planned_runs(profile)) for profile in ("hour", "full")}
     return planned, recorded
 
 

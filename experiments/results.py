@@ -156,8 +156,7 @@ def main(argv=None) -> int:
             )
         started = time.time()
         invocation = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
-        if not args.skip_efficiency:
-            run_efficiency(out, ledger)
+        efficiency_seconds = 0.0 if args.skip_efficiency else run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
             if invocation.whole_plan:
                 timed = [Run(r, seed, args.profile).name for r in rows for seed in r.seeds_of(args.profile, seeds)]
@@ -168,6 +167,7 @@ def main(argv=None) -> int:
                         "commit": git_commit(),
                         "wall_s": round(time.time() - started, 1),
                         "data_wall_s": round(invocation.data_seconds, 1),
+                        "efficiency_s": round(efficiency_seconds, 1),
                         "lanes": args.lanes,
                         "runs": sorted(timed),  # what it timed: a later plan's page says the time is not its
                         "finished": datetime.date.today().isoformat(),

@@ -747,10 +747,11 @@ EFFICIENCY = [
 ]
 
 
-def run_efficiency(out: str, ledger: Ledger) -> None:
+def run_efficiency(out: str, ledger: Ledger) -> float:
+    """bench/encoders.py, unless the ledger holds its figures; returns the seconds it took (0 where it did not run)."""
     path = os.path.join(out, "encoders.json")
     if "cases" in ledger.records.get("efficiency", {}):  # the ledger keeps the figures, on any machine
-        return
+        return 0.0
     argv = EFFICIENCY + ["--json", path]
     say(f"efficiency: {shown(argv)}")
     started = time.time()
@@ -768,6 +769,7 @@ def run_efficiency(out: str, ledger: Ledger) -> None:
             "cases": cases,
         },
     )
+    return time.time() - started
 
 
 SOFTWARE = ("torch", "ray", "transformers", "numpy")

@@ -308,6 +308,8 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
     earlier = cells.wall_sentence(dict(meta, runs=[*planned, "squad-dynsan-no-cross-seed0"]), ledger, planned)
     assert f"ran another plan ({len(planned) + 1} runs; the present one's {len(planned)} have not" in earlier
     assert "took 72 minutes" in earlier and "over the hour" not in earlier
+    timed = cells.wall_sentence(dict(meta, runs=planned, efficiency_s=270.0), ledger, planned)
+    assert "(3 of them preparing the data, 4 timing the encoders for the efficiency plots)" in timed
     line = next(line for line in text.splitlines() if line.startswith("| IARNN-gate |") and "0.600" in line)
     assert "| hour | 1 | 0.600 (1 run) |" in line and "| 10 s | as shown |" in line
     # once the full profile has runs of a row, the row shows those, and a claim across profiles is not judged
@@ -1140,5 +1142,6 @@ def test_only_an_invocation_that_ran_the_whole_plan_times_it(tmp_path, monkeypat
     meta = runner.Ledger(ledger_path).records["meta:hour"]
     assert meta["data_wall_s"] == 120.0 and meta["commit"] == "abc1234" and meta["wall_s"] < 60
     assert meta["runs"] == sorted(writer.planned_runs("hour"))  # what it timed
+    assert meta["efficiency_s"] == 0.0  # --skip-efficiency
     assert results.main([*argv, "--only", "wikiqa/*", "--report", str(tmp_path / "results.md")]) == 0
     assert runner.Ledger(ledger_path).records["meta:hour"] == meta  # a selection is not the plan either
