@@ -458,7 +458,12 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     level = (
         budget + f"DynSAN has barely begun to learn (F1 {base[0]:.1f}, under 10: nearly every predicted "
         "span misses the answer), so the ablation differences below are noise, not evidence for or against "
-        "the paper's Table 3."
+        "the paper's Table 3"
+        + (
+            "; the hour's plan leaves the ablations out for that reason (`--only 'squad/dynsan*'` runs them)."
+            if not full
+            else "."
+        )
         if base and base[0] < 10
         else budget + f"DynSAN reaches F1 {base[0]:.1f}, far from the paper's level but past the point where "
         "every span misses; read an ablation's difference against the spread of its seeds (the claims table "

@@ -220,6 +220,7 @@ def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
     writer.write_report(rows, ledger, str(out), str(report))
     text = report.read_text()
     assert "barely begun to learn (F1 6.0, under 10" in text
+    assert "the hour's plan leaves the ablations out for that reason (`--only 'squad/dynsan*'` runs them)" in text
     assert "| DynSAN: cross-passage blocks (a) | f1 | hour | -2.1 ± 0.1 | +9.4 | no evidence: F1 under 10 |" in text
 
 
