@@ -661,6 +661,16 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "`out/rerun` only; `--record RUN` names one. Its test figure is set against the record's (the same within "
         "0.002), and the scored checkpoint's weights against the recorded checkpoint's, where it is on that machine.",
         "",
+        "A record re-runs to its figures on the same kind of device: for a CPU record, the same processor and the "
+        "same vector kernels of torch, which newer records name (`--pick-random` draws among records of this kind "
+        "of CPU or of none named; `--other-cpu` runs one of another). Kernels of another width round differently "
+        "in the last bits, and a short training run amplifies that. Measured on one machine (AMD EPYC, family 25, "
+        "model 17), the same inputs: wikiqa-iarnn-word-seed0 (the hour's one epoch) trains to the same weights, bit "
+        "for bit, from 57bc40d and from c92cc4d, on a quiet machine and beside two DynSAN runs (test MAP 0.4814 "
+        "each time); with `ATEN_CPU_CAPABILITY=avx2` (AVX2 kernels in place of AVX512) to other weights and test "
+        "MAP 0.6180; and where 57bc40d first recorded it, another machine whose CPU the record does not name, to "
+        "0.6294.",
+        "",
     ]
     if not checks:
         return lines + ["No record has been re-run yet.", ""]
@@ -687,9 +697,14 @@ def rerun_section(ledger: Ledger) -> list[str]:
         if not c.get("same") and c.get("inputs_checked") is False:
             verdict = " (**not the same**; inputs unrecorded)"
             unrecorded = True
+        elif not c.get("same") and c.get("recorded_device", "cpu") == "cpu" and c.get("recorded_cpu") != c.get("cpu"):
+            verdict = f" (**not the same**; {'another CPU' if c.get('recorded_cpu') else 'CPU unnamed'})"
+        device = c["device"].removeprefix("cuda: ")
+        if device == "cpu" and c.get("cpu"):
+            device = f"cpu: {c['cpu']['processor']}, {c['cpu']['kernels']}"
         lines.append(
             f"| {name}{' (record since replaced)' if since else ''} | {c['commit']} "
-            f"| {c['device'].removeprefix('cuda: ')} ({c['finished']}) | {c['figure']} "
+            f"| {device} ({c['finished']}) | {c['figure']} "
             f"| {c['recorded']:.4f} | {rerun} | {difference}{verdict} | {checkpoint} | {drawn_text} |"
         )
     if replaced:

@@ -13,9 +13,11 @@ so must the data manifest and word vectors it read (`inputs_sha256`, where its r
 reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
 
 Refused before any work: a record from uncommitted code (no commit holds what it ran), a commit this clone lacks,
-a GPU record where no GPU is (the same device kind), an OUT that holds one of the run's inputs or is the results'
-OUT. `--pick-random` draws among the records that can re-run here (those, and at most --max-seconds recorded),
-with the seed it prints, so a draw can be repeated.
+a GPU record where no GPU is (the same device kind), a CPU record that names another kind of CPU than this one
+(processor and torch's vector kernels: other kernels round differently in the last bits, and training amplifies
+that; `--other-cpu` runs it anyway), an OUT that holds one of the run's inputs or is the results' OUT.
+`--pick-random` draws among the records that can re-run here (those, and at most --max-seconds recorded), with the
+seed it prints, so a draw can be repeated.
 
 The re-run's test figures are set against the record's: the same within --tolerance on the record's first figure
 (MAP for answer selection, F1 for reading comprehension, accuracy for multiple choice); also whether the scored
@@ -46,7 +48,17 @@ if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clo
 from experiments.plan import REPO, say
 from experiments.report import run_records
 from experiments.rows import ROWS
-from experiments.runner import Ledger, changed_inputs, data_needed, device_name, git_commit, prepare_data, run_job
+from experiments.runner import (
+    Ledger,
+    changed_inputs,
+    cpu_kind,
+    data_needed,
+    describe_cpu,
+    device_name,
+    git_commit,
+    prepare_data,
+    run_job,
+)
 
 # The options of the ledger's commands that name what a run writes, and where a re-run writes instead.
 OUTPUT_OPTIONS = {"--storage-path": "runs", "--test-output": "predictions", "--output": "predictions"}
@@ -87,8 +99,9 @@ def is_gpu_record(record: dict) -> bool:
     return str(record.get("device", "cpu")).startswith("cuda") or any("--use-gpu" in a for a in record.get("argv", []))
 
 
-def why_not_here(name: str, record: dict, gpu_here: bool, commit_known) -> str | None:
-    """Why the run record `name` cannot re-run on this machine, or None."""
+def why_not_here(name: str, record: dict, gpu_here: bool, commit_known, cpu_here: dict | None = None) -> str | None:
+    """Why the run record `name` cannot re-run on this machine, or None. With `cpu_here`, a CPU record that names
+    another kind of CPU is one (records made before they named it are not)."""
     if "test" not in record:
         return f"{name}: not a run record with test figures"
     if "argv" not in record:  # its `commands` may lack the device options it ran with
@@ -101,6 +114,16 @@ def why_not_here(name: str, record: dict, gpu_here: bool, commit_known) -> str |
     if is_gpu_record(record) and not gpu_here:
         device = record.get("device", "a GPU")
         return f"{name}: ran on {device}; it re-runs on the same kind of device, and none is here"
+    if cpu_here and not is_gpu_record(record) and record.get("cpu") and record["cpu"] != cpu_here:
+        return (
+            f"{name}: ran on {describe_cpu(record['cpu'])}; a CPU record re-runs to its figures on the same kind of "
+            f"CPU, and this is {describe_cpu(cpu_here)} (--other-cpu runs it anyway"
+            + (
+                f"; ATEN_CPU_CAPABILITY={record['cpu']['kernels'].lower()} selects its kernels here)"
+                if record["cpu"].get("processor") == cpu_here.get("processor")
+                else ")"
+            )
+        )
     return None
 
 
@@ -156,14 +179,15 @@ def cuda_here() -> bool:
     return torch.cuda.is_available()
 
 
-def pick(ledger: Ledger, seed: int, max_seconds: float | None) -> tuple[str, int]:
-    """A record drawn with `seed` among those that can re-run here; (its name, how many could)."""
+def pick(ledger: Ledger, seed: int, max_seconds: float | None, cpu_here: dict | None = None) -> tuple[str, int]:
+    """A record drawn with `seed` among those that can re-run here (with `cpu_here`, only CPU records of that kind
+    of CPU or of none named); (its name, how many could)."""
     gpu = cuda_here()
     eligible = sorted(
         name
         for name, record in run_records(ledger).items()
         if (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
-        and why_not_here(name, record, gpu, commit_in_clone) is None
+        and why_not_here(name, record, gpu, commit_in_clone, cpu_here) is None
         and source_checkpoint_problem(name, record) is None
         and inputs_problem(name, record) is None
     )
@@ -228,10 +252,12 @@ def prepare_inputs(record: dict, env: dict) -> None:
         prepare_data(out, env, Ledger(os.path.join(scratch_ledger, "ledger.json")), data_needed([row], "full"), 1)
 
 
-def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
-    """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it."""
+def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bool = False) -> dict:
+    """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it. With
+    `other_cpu`, a CPU record of another kind of CPU runs too (the check says so)."""
     gpu = is_gpu_record(record)
-    problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone)
+    cpu_here = cpu_kind()
+    problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone, None if other_cpu else cpu_here)
     problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record)
     if problem:
         raise RerunRefused(problem)
@@ -263,6 +289,8 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
         "argv": argvs,
         "device": device_name(1 if gpu else None),
         "recorded_device": record.get("device", "cpu"),
+        "cpu": cpu_here,
+        "recorded_cpu": record.get("cpu"),  # None: a record made before records named their CPU
         "figure": figure,
         "recorded": record["test"][figure],
         "rerun": figures.get(figure),
@@ -280,6 +308,18 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float) -> dict:
     if last.get("test"):
         check["weights_identical"] = same_weights(recorded_checkpoint(record), last["test"]["checkpoint"])
     return check
+
+
+def cpu_caveat(check: dict) -> str:
+    """What a CPU check that came back different should be read with: whether it ran on the record's kind of CPU."""
+    if check["recorded_device"] != "cpu" or check["recorded_cpu"] == check["cpu"]:
+        return ""
+    if check["recorded_cpu"] is None:
+        return (
+            "; the record does not name the CPU it ran on, and on another kind (other vector kernels) training can "
+            "end elsewhere"
+        )
+    return f"; it ran on {describe_cpu(check['recorded_cpu'])}, not this kind of CPU"
 
 
 def recorded_checkpoint(record: dict) -> str | None:
@@ -323,6 +363,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(REPO, "out", "rerun"), help="the code, runs and logs of re-runs")
     p.add_argument("--tolerance", type=float, default=0.002, help="the largest difference that counts as the same")
     p.add_argument("--no-record", action="store_true", help="leave the ledger as it is")
+    p.add_argument(
+        "--other-cpu",
+        action="store_true",
+        help="re-run a CPU record that names another kind of CPU (its figures may then differ beyond --tolerance)",
+    )
     args = p.parse_args(argv)
     if args.seed is not None and not args.pick_random:
         p.error("--seed draws a record: it goes with --pick-random")
@@ -332,14 +377,14 @@ def main(argv=None) -> int:
     drawn = None
     if args.pick_random:
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-        name, eligible = pick(ledger, seed, args.max_seconds)
+        name, eligible = pick(ledger, seed, args.max_seconds, None if args.other_cpu else cpu_kind())
         drawn = {"seed": seed, "eligible": eligible, "max_seconds": args.max_seconds}
         say(f"drew {name} of {eligible} records that can re-run here (--seed {seed})")
     else:
         name = args.record
         if name not in ledger.records or ":" in name:
             raise RerunRefused(f"--record {name}: not a run of {args.ledger}")
-    check = rerun(name, ledger.records[name], args.out, args.tolerance)
+    check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu)
     if drawn:
         check["drawn"] = drawn
     if not args.no_record:
@@ -357,6 +402,7 @@ def main(argv=None) -> int:
                 else "; the record predates the sha256 of the data and word vectors it read, so it may have read "
                 "others (results.py --retest runs it again and keeps them)"
             )
+            + ("" if check["same"] else cpu_caveat(check))
         )
     print(json.dumps(check))
     return 0 if check["same"] else 1

@@ -69,6 +69,55 @@ def test_records_that_cannot_rerun_here_say_why():
     assert rerun.why_not_here("r", _record(argv=gpu_argv), gpu_here=True, commit_known=known) is None
 
 
+EPYC = {"processor": "AMD EPYC (family 25, model 17)", "kernels": "AVX512"}
+XEON = {"processor": "Intel(R) Xeon(R) Platinum 8480+ (family 6, model 143)", "kernels": "AVX512"}
+
+
+@needs_git
+def test_a_cpu_record_reruns_on_its_own_kind_of_cpu():
+    """Kernels of another width or processor round differently, and training amplifies it: a CPU record that names
+    its CPU re-runs (is drawn, is run without --other-cpu) only on that kind; one that names none, anywhere."""
+    known = rerun.commit_in_clone
+    assert rerun.why_not_here("r", _record(cpu=EPYC), False, known, cpu_here=EPYC) is None
+    assert rerun.why_not_here("r", _record(), False, known, cpu_here=EPYC) is None  # recorded before CPUs were named
+    other = rerun.why_not_here("r", _record(cpu=XEON), False, known, cpu_here=EPYC)
+    assert "ran on Intel(R) Xeon(R) Platinum 8480+ (family 6, model 143), AVX512 kernels" in other
+    assert "same kind of CPU, and this is AMD EPYC (family 25, model 17), AVX512 kernels" in other
+    assert other.endswith("(--other-cpu runs it anyway)")
+    narrower = rerun.why_not_here("r", _record(cpu=dict(EPYC, kernels="AVX2")), False, known, cpu_here=EPYC)
+    assert narrower.endswith("(--other-cpu runs it anyway; ATEN_CPU_CAPABILITY=avx2 selects its kernels here)")
+    assert rerun.why_not_here("r", _record(cpu=XEON), False, known) is None  # --other-cpu
+    gpu = _record(cpu=XEON, device="cuda: NVIDIA H100 80GB HBM3")  # a GPU record's host CPU is not its device
+    assert rerun.why_not_here("r", gpu, True, known, cpu_here=EPYC) is None
+
+
+def test_a_check_that_differs_says_whether_it_ran_on_the_records_kind_of_cpu():
+    check = {"recorded_device": "cpu", "cpu": EPYC, "recorded_cpu": EPYC}
+    assert rerun.cpu_caveat(check) == ""
+    assert "does not name the CPU it ran on" in rerun.cpu_caveat(dict(check, recorded_cpu=None))
+    assert rerun.cpu_caveat(dict(check, recorded_cpu=XEON)) == (
+        "; it ran on Intel(R) Xeon(R) Platinum 8480+ (family 6, model 143), AVX512 kernels, not this kind of CPU"
+    )
+    assert rerun.cpu_caveat(dict(check, recorded_device="cuda: NVIDIA H100 80GB HBM3", recorded_cpu=XEON)) == ""
+
+
+def test_a_record_names_the_kind_of_cpu_it_ran_on(monkeypatch):
+    from experiments import runner
+
+    cpu = runner.cpu_kind()
+    assert cpu["processor"] and cpu["kernels"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", "SVE")
+    # the kernels are torch's, which ATEN_CPU_CAPABILITY can lower: a subprocess, since torch reads it once
+    lowered = subprocess.run(
+        [sys.executable, "-c", "from experiments.runner import cpu_kind; print(cpu_kind()['kernels'])"],
+        cwd=REPO,
+        env=dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=REPO),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert lowered.stdout.strip() == "DEFAULT"
+
+
 def test_the_figure_compared_is_the_records_first(tmp_path):
     assert rerun.primary_figure({"map": 0.5, "mrr": 0.6}) == "map"
     assert rerun.primary_figure({"em": 0.5, "f1": 0.6}) == "f1"
@@ -105,6 +154,11 @@ def test_a_draw_is_repeatable_and_only_among_records_that_can_rerun(tmp_path, mo
     assert rerun.pick(ledger, 7, None)[1] == 7
     with pytest.raises(SystemExit, match="no record of the ledger can re-run here"):
         rerun.pick(ledger, 0, max_seconds=10)
+    # with the CPU here named, a record of another kind of CPU is not drawn; one of this kind, or of none, is
+    ledger.add("other-cpu", _record(seconds=1, cpu=XEON))
+    ledger.add("this-cpu", _record(seconds=1, cpu=EPYC))
+    drawn = {rerun.pick(ledger, seed, max_seconds=1000, cpu_here=EPYC) for seed in range(60)}
+    assert {name for name, _ in drawn} == {f"ok-{i}" for i in range(6)} | {"this-cpu"} and {n for _, n in drawn} == {7}
 
 
 @needs_git
@@ -233,3 +287,11 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     assert "(**not the same**; inputs unrecorded)" in next(line for line in lines if line.startswith("| c |"))
     assert "(**not the same**) |" in next(line for line in lines if line.startswith("| d |"))
     assert any(line.startswith('"Inputs unrecorded"') for line in lines)
+    # a CPU check that differs says whether the record named another kind of CPU, or none
+    ledger.add("rerun:e", dict(check, rerun=0.50, difference=-0.05, same=False, cpu=EPYC, recorded_cpu=XEON))
+    ledger.add("rerun:f", dict(check, rerun=0.50, difference=-0.05, same=False, cpu=EPYC, recorded_cpu=None))
+    ledger.add("rerun:g", dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=EPYC))
+    lines = rerun_section(ledger)
+    e, f, g = (next(line for line in lines if line.startswith(f"| {k} |")) for k in "efg")
+    assert "(**not the same**; another CPU)" in e and "(**not the same**; CPU unnamed)" in f
+    assert "| cpu: AMD EPYC (family 25, model 17), AVX512 (2026-11-27) |" in g and "not the same" not in g

@@ -945,6 +945,7 @@ def test_a_zero_shot_record_keeps_the_sha256_of_the_data_it_scored_and_is_not_re
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
     record = runner.run_one(runner.Run(row, 0, "full"), str(out), {}, runner.Ledger(str(tmp_path / "ledger.json")))
     assert record["inputs_sha256"] == {str(manifest): hashlib.sha256(manifest.read_bytes()).hexdigest()}
+    assert record["cpu"] == runner.cpu_kind()  # rerun.py's "same kind of device" for a CPU record
     assert runner.rerun_reason(dict(record, per_question={"metric": "ap", "values": {}}), True, retest=True) is None
 
 
