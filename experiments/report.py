@@ -54,7 +54,7 @@ from experiments.rows import (
     TRANSFER_MINED,
     scale_needs,
 )
-from experiments.runner import Ledger, commands, git_commit, plan_of, selected_rows
+from experiments.runner import Ledger, commands, describe_cpu, git_commit, plan_of, selected_rows
 
 
 def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
@@ -260,26 +260,18 @@ def profile_counts(runs: dict) -> tuple[dict[str, list[str]], dict[str, int]]:
     return planned, recorded
 
 
-def hardware_sentence(runs: dict, ledger: Ledger) -> str:
-    """Where the recorded runs ran, from their records (a run's `device`, a profile's `machine`), so that the page
-    says the same wherever it is regenerated."""
-    machines = {
-        meta.get("profile"): meta["machine"]
-        for key, meta in ledger.records.items()
-        if key.startswith("meta:") and "machine" in meta
-    }
+def hardware_sentence(runs: dict) -> str:
+    """Where the recorded runs ran, from their records (a run's `device`, and for a CPU run the `cpu` newer records
+    name), so that the page says the same wherever it is regenerated."""
     counts: dict[str, int] = {}
     for r in runs.values():
         device = r.get("device", "cpu")
-        if device == "cpu":
-            profile = r.get("profile", "hour")
-            where = (
-                f"CPUs (the {profile} profile's machine: {machines[profile]})"
-                if profile in machines
-                else "CPUs (machine not recorded)"
-            )
-        else:
+        if device != "cpu":
             where = f"one {device.removeprefix('cuda: ')}"
+        elif r.get("cpu"):
+            where = f"CPUs ({describe_cpu(r['cpu'])})"
+        else:
+            where = "CPUs (processor not recorded)"
         counts[where] = counts.get(where, 0) + 1
     if not counts:
         return "No run is recorded yet."
@@ -287,7 +279,8 @@ def hardware_sentence(runs: dict, ledger: Ledger) -> str:
     return (
         "From their records, the runs ran on "
         + "; ".join(f"{where}: {n} run{'s' if n > 1 else ''}" for where, n in ordered)
-        + " (each run's device is in the ledger)."
+        + " (each run's device is in the ledger; CPU figures re-run to the same on the same kind of CPU, see "
+        "[Re-running a record](#re-running-a-record))."
     )
 
 
@@ -348,7 +341,7 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "lacks or records under another plan (a changed command or recipe), on any machine; `--report-only` rewrites "
         "this page from the ledger. Checkpoints stay out of git (under `out/results/runs`).",
         "",
-        f"Read every row with its budget in mind. {hardware_sentence(runs, ledger)} MiniLM-L6 (22M parameters) "
+        f"Read every row with its budget in mind. {hardware_sentence(runs)} MiniLM-L6 (22M parameters) "
         "stands in for BERT-base (110M); the word-vector models read fastText vectors trained on the data set itself "
         "in place of GloVe or word2vec (not available offline). Where ours falls short of the paper, the column Δ "
         "says by how much; the last column says what the paper's scale needs.",

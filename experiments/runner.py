@@ -814,7 +814,7 @@ def describe_cpu(cpu: dict | None) -> str:
 
 def machine_description(use_gpu: bool = False) -> str:
     """What a ledger record says it ran on: cores, processor, and the GPU or "no GPU"."""
-    return f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), " + (
+    return f"{os.cpu_count()} cores ({describe_cpu(cpu_kind())}), " + (
         device_name(1).removeprefix("cuda: ") if use_gpu else "no GPU"
     )
 

@@ -295,3 +295,19 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     e, f, g = (next(line for line in lines if line.startswith(f"| {k} |")) for k in "efg")
     assert "(**not the same**; another CPU)" in e and "(**not the same**; CPU unnamed)" in f
     assert "| cpu: AMD EPYC (family 25, model 17), AVX512 (2026-11-27) |" in g and "not the same" not in g
+
+
+def test_the_page_says_on_which_kind_of_cpu_the_runs_ran():
+    from experiments.report import hardware_sentence
+
+    runs = {
+        "a": {"device": "cpu", "cpu": EPYC},
+        "b": {"device": "cpu", "cpu": EPYC},
+        "c": {"device": "cpu"},  # recorded before records named their CPU
+        "d": {"device": "cuda: NVIDIA H200", "cpu": XEON},  # a GPU run is counted by its GPU
+    }
+    assert hardware_sentence(runs).startswith(
+        "From their records, the runs ran on CPUs (AMD EPYC (family 25, model 17), AVX512 kernels): 2 runs; "
+        "CPUs (processor not recorded): 1 run; one NVIDIA H200: 1 run (each run's device is in the ledger"
+    )
+    assert hardware_sentence({}) == "No run is recorded yet."
