@@ -441,7 +441,8 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
         budget = (
             f"At this budget (the paper's width and recipe, {DYNSAN_ABLATION_EPOCHS} epochs of the 5,609 "
             f"training questions: where the full model, trained as long as it takes below, first reached F1 "
-            f"{ABLATION_F1}; word vectors from 24 articles) "
+            f"{ABLATION_F1}; that run trains with two CPU threads per worker and these with one, whose kernels "
+            "round differently, so their curves differ from the first epoch on; word vectors from 24 articles) "
         )
     else:
         budget = (
