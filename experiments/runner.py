@@ -788,7 +788,7 @@ def cpu_kind() -> dict[str, str]:
     model from /proc/cpuinfo where there is one) and the vector kernels torch dispatches to on it (AVX512, AVX2, ...,
     or what ATEN_CPU_CAPABILITY lowers them to). Kernels of another width round differently in the last bits, and a
     short training run amplifies that: measured, wikiqa-iarnn-word-seed0 from c92cc4d scores test MAP 0.4814 on AVX512
-    kernels and 0.6180 with ATEN_CPU_CAPABILITY=avx2, on the same machine and inputs (twice each, bit for bit)."""
+    kernels (twice, the same weights bit for bit) and 0.6180 with ATEN_CPU_CAPABILITY=avx2, same machine and inputs."""
     import torch
 
     fields: dict[str, str] = {}
