@@ -54,7 +54,7 @@ from experiments.rows import (
     TRANSFER_MINED,
     scale_needs,
 )
-from experiments.runner import Ledger, commands, describe_cpu, git_commit, plan_of, selected_rows
+from experiments.runner import Ledger, commands, cpu_mismatch, describe_cpu, git_commit, plan_of, selected_rows
 
 
 def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
@@ -691,8 +691,8 @@ def rerun_section(ledger: Ledger) -> list[str]:
         if not c.get("same") and c.get("inputs_checked") is False:
             verdict = " (**not the same**; inputs unrecorded)"
             unrecorded = True
-        elif not c.get("same") and c.get("recorded_device", "cpu") == "cpu" and c.get("recorded_cpu") != c.get("cpu"):
-            verdict = f" (**not the same**; {'another CPU' if c.get('recorded_cpu') else 'CPU unnamed'})"
+        elif not c.get("same") and (mismatch := cpu_mismatch(c)):
+            verdict = f" (**not the same**; {'another CPU' if mismatch == 'another' else 'CPU unnamed'})"
         device = c["device"].removeprefix("cuda: ")
         if device == "cpu" and c.get("cpu"):
             device = f"cpu: {c['cpu']['processor']}, {c['cpu']['kernels']}"

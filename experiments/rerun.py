@@ -52,6 +52,7 @@ from experiments.runner import (
     Ledger,
     changed_inputs,
     cpu_kind,
+    cpu_mismatch,
     data_needed,
     describe_cpu,
     device_name,
@@ -312,9 +313,10 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bo
 
 def cpu_caveat(check: dict) -> str:
     """What a CPU check that came back different should be read with: whether it ran on the record's kind of CPU."""
-    if check["recorded_device"] != "cpu" or check["recorded_cpu"] == check["cpu"]:
+    mismatch = cpu_mismatch(check)
+    if mismatch is None:
         return ""
-    if check["recorded_cpu"] is None:
+    if mismatch == "unnamed":
         return (
             "; the record does not name the CPU it ran on, and on another kind (other vector kernels) training can "
             "end elsewhere"

@@ -812,6 +812,14 @@ def describe_cpu(cpu: dict | None) -> str:
     return "a CPU it did not name" if not cpu else f"{cpu['processor']}, {cpu['kernels']} kernels"
 
 
+def cpu_mismatch(check: dict) -> str | None:
+    """How a re-run check (experiments/rerun.py's) ran on another kind of CPU than its record: "another" where the
+    record names another, "unnamed" where it names none; None on the same kind, or for a GPU record."""
+    if check.get("recorded_device", "cpu") != "cpu" or check.get("recorded_cpu") == check.get("cpu"):
+        return None
+    return "another" if check.get("recorded_cpu") else "unnamed"
+
+
 def machine_description(use_gpu: bool = False) -> str:
     """What a ledger record says it ran on: cores, processor, and the GPU or "no GPU"."""
     return f"{os.cpu_count()} cores ({describe_cpu(cpu_kind())}), " + (
