@@ -104,10 +104,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--retest",
         action="store_true",
-        help="also run again the selected runs recorded without per-question figures or without the sha256 of "
-        "what they read (before either was kept), so that their rows get a 95%% interval, their claims a paired "
-        "test, and experiments/rerun.py can check them; and the runs that read other data or word vectors than "
-        "this machine's data steps wrote, so that a row never sets runs on other data against each other",
+        help="also run again the selected runs recorded without per-question figures, without the sha256 of "
+        "what they read or (on a CPU) without the CPU they ran on (before each was kept), so that their rows get a "
+        "95%% interval, their claims a paired test, and experiments/rerun.py can check them on their own kind of "
+        "device; and the runs that read other data or word vectors than this machine's data steps wrote, so that a "
+        "row never sets runs on other data against each other",
     )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(

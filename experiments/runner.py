@@ -430,7 +430,8 @@ def steps_to_run(out: str, keys: set[str]) -> list[DataStep]:
 
 def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int) -> float:
     """The data steps that `only` names, not yet done; each data set's steps in order (its vectors need its
-    shards), the data sets `lanes` at a time."""
+    shards), the data sets `lanes` at a time, the longest first by the seconds the ledger recorded for their steps
+    (so that the last to finish is a short one; a data set never timed goes last, in plan order)."""
     link_squad(out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     chains: dict[str, list[DataStep]] = {}
@@ -446,9 +447,14 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             record = {"command": shown(step.argv), "seconds": round(time.time() - started, 1)}
             ledger.add(f"data:{step.key}", dict(record, **corpus_summary(step)))
 
+    recorded = {
+        key: sum(ledger.records.get(f"data:{s.key}", {}).get("seconds", 0) for s in steps)
+        for key, steps in chains.items()
+    }
+    longest_first = sorted(chains, key=lambda key: -recorded[key])  # stable: ties keep the plan's order
     started = time.time()
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
-        for future in [pool.submit(run_chain, steps) for steps in chains.values()]:
+        for future in [pool.submit(run_chain, chains[key]) for key in longest_first]:
             future.result()
     return time.time() - started if chains else 0.0
 
@@ -504,14 +510,18 @@ def rerun_reason(
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
     record predates per-question figures (its row then has no interval and its claims no paired test) or the sha256
     of what it read (experiments/rerun.py cannot then tell a re-run on other data or word vectors from training
-    that does not reproduce), or (given `sha256`) it read other contents than this machine's data steps wrote, so
-    that its row would set runs on other data against each other."""
+    that does not reproduce) or, for a run on a CPU, the CPU it ran on (rerun.py re-runs a CPU record only on its own
+    kind of CPU, whose kernels it reproduces; one naming none may come from any machine), or (given `sha256`) it
+    read other contents than this machine's data steps wrote, so that its row would set runs on other data against
+    each other."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
     if retest and "inputs_sha256" not in record:
         return "recorded without the sha256 of the data and word vectors it read (--retest)"
+    if retest and record.get("device", "cpu") == "cpu" and "cpu" not in record:
+        return "recorded without the CPU it ran on (--retest)"
     changed = changed_inputs(record, sha256) if retest and sha256 is not None else []
     if changed:
         return f"read other contents of {', '.join(changed)} than this machine's (--retest)"

@@ -541,8 +541,8 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     for run in (source, tuned):  # a rerun trains anew rather than resuming the finished run
         assert not (tmp_path / "runs" / run.name).exists() and run.name not in ledger.records
         assert not (tmp_path / "runs" / f"{run.name}.plan.json").exists()
-    # --retest: a run recorded before per-question figures, or before the sha256 of what it read, runs again; one
-    # with both does not
+    # --retest: a run recorded before per-question figures, before the sha256 of what it read, or on a CPU before
+    # the CPU was named, runs again; one with all three does not
     gate = rows["trecqa/iarnn-gate"]
     old, unchecked, new = (plan.Run(gate, seed, "full") for seed in (0, 1, 2))
     per_question = {"metric": "ap", "values": {"Q1": 0.5}}
@@ -557,8 +557,14 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     tested = dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=runner.plan_of(unchecked, out))
     ledger.add(unchecked.name, dict(tested, per_question=per_question))
     tested = dict(_record(gate.id, 2, {"map": 0.5}, "full"), plan=runner.plan_of(new, out))
-    ledger.add(new.name, dict(tested, per_question=per_question, inputs_sha256=inputs))
+    ledger.add(new.name, dict(tested, per_question=per_question, inputs_sha256=inputs, device="cpu"))
     assert runner.todo_runs([gate], (0, 1, 2), out, "full", ledger) == []
+    unnamed = "recorded without the CPU it ran on (--retest)"
+    assert runner.rerun_reason(ledger.records[new.name], True, retest=True) == unnamed
+    assert runner.rerun_reason(ledger.records[new.name], True) is None
+    on_gpu = dict(ledger.records[new.name], device="cuda: NVIDIA H200")  # its device kind is the GPU
+    assert runner.rerun_reason(on_gpu, True, retest=True) is None
+    ledger.add(new.name, dict(ledger.records[new.name], cpu=runner.cpu_kind()))
     retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
     assert [r.name for r in retested] == [old.name, unchecked.name]
     # and one whose data step wrote other vectors here since (the manifest not here tells nothing): only --retest
@@ -1124,6 +1130,22 @@ def test_only_data_steps_still_to_run_need_the_shared_data(tmp_path, monkeypatch
     assert len(missing) == len(set(missing)) == 5
     squad = runner.selected_rows(["squad/dynsan"], profile="full")
     assert runner.missing_inputs(squad, "full", out) == [os.path.join(shared, "squad_sample")]
+
+
+def test_data_sets_are_prepared_longest_first_by_their_recorded_seconds(tmp_path, monkeypatch):
+    """Two lanes finish the data soonest when the longest data set starts first; one never timed goes last. Each
+    data set's steps keep their order (its vectors read its shards)."""
+    out = str(tmp_path / "out")
+    key_of = {tuple(step.argv): step.key for step in plan.data_steps(out)}
+    ran: list[str] = []
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log, summary: ran.append(key_of[tuple(argv)]))
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for key, seconds in (("wikiqa", 50.0), ("wikiqa-vectors", 60.0), ("trecqa", 47.0), ("trecqa-vectors", 70.0)):
+        ledger.add(f"data:{key}", {"command": "python ...", "seconds": seconds})
+    only = {"wikiqa", "wikiqa-vectors", "trecqa", "trecqa-vectors", "squad"}
+    runner.prepare_data(out, {}, ledger, only, lanes=1)
+    assert ran == ["trecqa", "trecqa-vectors", "wikiqa", "wikiqa-vectors", "squad"]
+    assert ledger.records["data:squad"]["seconds"] >= 0  # timed now: the next invocation orders it too
 
 
 def test_only_an_invocation_that_ran_the_whole_plan_times_it(tmp_path, monkeypatch, capsys):
