@@ -695,7 +695,7 @@ def rerun_section(ledger: Ledger) -> list[str]:
             verdict = f" (**not the same**; {'another CPU' if mismatch == 'another' else 'CPU unnamed'})"
         device = c["device"].removeprefix("cuda: ")
         if device == "cpu" and c.get("cpu"):
-            device = f"cpu: {c['cpu']['processor']}, {c['cpu']['kernels']}"
+            device = f"cpu: {describe_cpu(c['cpu'])}"
         lines.append(
             f"| {name}{' (record since replaced)' if since else ''} | {c['commit']} "
             f"| {device} ({c['finished']}) | {c['figure']} "

@@ -294,7 +294,7 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     lines = rerun_section(ledger)
     e, f, g = (next(line for line in lines if line.startswith(f"| {k} |")) for k in "efg")
     assert "(**not the same**; another CPU)" in e and "(**not the same**; CPU unnamed)" in f
-    assert "| cpu: AMD EPYC (family 25, model 17), AVX512 (2026-11-27) |" in g and "not the same" not in g
+    assert "| cpu: AMD EPYC (family 25, model 17), AVX512 kernels (2026-11-27) |" in g and "not the same" not in g
 
 
 def test_the_page_says_on_which_kind_of_cpu_the_runs_ran():
