@@ -228,6 +228,11 @@ class Run:
         return run_name(self.row, self.seed, self.profile)
 
 
+def runs_of(rows: list[Row], profile: str, seeds: tuple = SEEDS) -> list[Run]:
+    """The runs of `rows` in `profile`: each row at its seeds (multi-seed rows at `seeds`), row by row."""
+    return [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)]
+
+
 # ------------------------------------------------------------------------------------------------ where runs live
 def run_name(row: Row, seed: int, profile: str = "hour") -> str:
     """The run folder and ledger key: the hour's runs as they always were named, the full profile's prefixed."""

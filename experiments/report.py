@@ -27,7 +27,7 @@ from experiments.cells import (
     wall_sentence,
 )
 from experiments.figures import row_figures, row_profile, row_records
-from experiments.plan import Row, Run, run_name, say, shown
+from experiments.plan import Row, Run, run_name, runs_of, say, shown
 from experiments.plots import (
     EFFICIENCY_PLOTS,
     plot_answer_selection,
@@ -250,7 +250,7 @@ def draw_figures(rows: list[Row], ledger: Ledger, cases: list | None, figures_di
 
 def planned_runs(profile: str) -> list[str]:
     """The names of the profile's planned runs (its rows, three seeds each where a row has more than one)."""
-    return [run_name(r, seed, profile) for r in selected_rows([], profile=profile) for seed in r.seeds_of(profile)]
+    return [run.name for run in runs_of(selected_rows([], profile=profile), profile)]
 
 
 def profile_counts(runs: dict) -> tuple[dict[str, list[str]], dict[str, int]]:

@@ -38,7 +38,7 @@ import time
 if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.plan import REPO, SEEDS, Run, data_steps, shown
+from experiments.plan import REPO, SEEDS, data_steps, runs_of, shown
 from experiments.report import report_rows, write_report
 from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
@@ -136,15 +136,13 @@ def main(argv=None) -> int:
 
         clean_tree = not git_commit().endswith("-dirty")
         sha256 = functools.cache(sha256_file)
-        for row in rows:
-            for seed in row.seeds_of(args.profile, seeds):
-                run = Run(row, seed, args.profile)
-                record = ledger.records.get(run.name, {})
-                recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(
-                    record, clean_tree, args.retest, sha256
-                )
-                for argv in commands(row, seed, out, args.profile):
-                    print(("# recorded: " if recorded else "") + shown(argv))
+        for run in runs_of(rows, args.profile, seeds):
+            record = ledger.records.get(run.name, {})
+            recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(
+                record, clean_tree, args.retest, sha256
+            )
+            for argv in commands(run.row, run.seed, out, args.profile):
+                print(("# recorded: " if recorded else "") + shown(argv))
         print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))
         return 0
     os.makedirs(out, exist_ok=True)
@@ -160,7 +158,7 @@ def main(argv=None) -> int:
         efficiency_seconds = 0.0 if args.skip_efficiency else run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
             if invocation.whole_plan:
-                timed = [Run(r, seed, args.profile).name for r in rows for seed in r.seeds_of(args.profile, seeds)]
+                timed = [run.name for run in runs_of(rows, args.profile, seeds)]
                 ledger.add(
                     f"meta:{args.profile}",
                     {

@@ -33,6 +33,7 @@ from experiments.plan import (
     data_steps,
     link_squad,
     run_name,
+    runs_of,
     say,
     shown,
 )
@@ -562,7 +563,7 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     runs again or that fine-tuned another checkpoint than its source's record holds (a row never mixes starting
     checkpoints). Sources first, then every row's first seed before any second one, the zero-shot row and the
     slowest (MiniLM) rows first within a seed."""
-    runs, todo = [Run(row, seed, profile) for row in rows for seed in row.seeds_of(profile, seeds)], []
+    runs, todo = runs_of(rows, profile, seeds), []
     clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
     from pipelines.shards import sha256_file
 
@@ -664,7 +665,7 @@ def run_all(
     from runtime.ray_env import init_local_ray
 
     needed_data = data_needed(rows, profile)
-    planned = [Run(r, s, profile) for r in rows for s in r.seeds_of(profile, seeds)]
+    planned = runs_of(rows, profile, seeds)
     widest = max((run_cpus(run, out) for run in planned), default=1)
     # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for
     # its next epoch's read. The dashboard serves the State API that each training run's PlacementGroupCleaner
