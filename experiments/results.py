@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         "what they read or (on a CPU) without the CPU they ran on (before each was kept), so that their rows get a "
         "95%% interval, their claims a paired test, and experiments/rerun.py can check them on their own kind of "
         "device; and the runs that read other data or word vectors than this machine's data steps wrote, so that a "
-        "row never sets runs on other data against each other",
+        "row never sets runs on other data against each other. Only runs recorded on this invocation's kind of "
+        "device (a GPU with --use-gpu, else CPUs)",
     )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     p.add_argument(
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
         for run in runs_of(rows, args.profile, seeds):
             record = ledger.records.get(run.name, {})
             recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(
-                record, clean_tree, args.retest, sha256
+                record, clean_tree, args.retest, sha256, args.use_gpu
             )
             for argv in commands(run.row, run.seed, out, args.profile):
                 print(("# recorded: " if recorded else "") + shown(argv))

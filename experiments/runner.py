@@ -505,7 +505,11 @@ def changed_inputs(record: dict, sha256: Callable[[str], str]) -> list[str]:
 
 
 def rerun_reason(
-    record: dict, clean_tree: bool, retest: bool = False, sha256: Callable[[str], str] | None = None
+    record: dict,
+    clean_tree: bool,
+    retest: bool = False,
+    sha256: Callable[[str], str] | None = None,
+    use_gpu: bool = False,
 ) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
@@ -514,9 +518,12 @@ def rerun_reason(
     that does not reproduce) or, for a run on a CPU, the CPU it ran on (rerun.py re-runs a CPU record only on its own
     kind of CPU, whose kernels it reproduces; one naming none may come from any machine), or (given `sha256`) it
     read other contents than this machine's data steps wrote, so that its row would set runs on other data against
-    each other."""
+    each other. `retest` re-runs only a record of the invocation's kind of device (a GPU's with `use_gpu`, else a
+    CPU's): a GPU record re-run on CPUs would take hours a run and leave its row's seeds on two kinds of device."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
+    if retest and (record.get("device", "cpu") != "cpu") != use_gpu:
+        return None
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
     if retest and "inputs_sha256" not in record:
@@ -556,7 +563,15 @@ def start_afresh(run: Run, out: str) -> None:
             os.remove(leftover)
 
 
-def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Ledger, retest: bool = False) -> list[Run]:
+def todo_runs(
+    rows: list[Row],
+    seeds: tuple,
+    out: str,
+    profile: str,
+    ledger: Ledger,
+    retest: bool = False,
+    use_gpu: bool = False,
+) -> list[Run]:
     """The runs of `rows` whose ledger record is missing, was made under another plan (a changed command, recipe
     or revision) or must run again (`rerun_reason`), the runs they fine-tune from whose checkpoint is not on this
     machine (the ledger travels with the repository, checkpoints do not), and the runs fine-tuning from a run that
@@ -571,7 +586,7 @@ def todo_runs(rows: list[Row], seeds: tuple, out: str, profile: str, ledger: Led
     for run in runs:
         recorded = ledger.records.get(run.name)
         if recorded and recorded.get("plan") == plan_of(run, out):
-            why = rerun_reason(recorded, clean_tree, retest, sha256)
+            why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu)
             source = source_run(run.row, profile, run.seed)
             if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
                 why = "fine-tuned another checkpoint than its pretraining run's record holds"
@@ -674,7 +689,7 @@ def run_all(
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     try:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
-        todo = todo_runs(rows, seeds, out, profile, ledger, retest)
+        todo = todo_runs(rows, seeds, out, profile, ledger, retest, use_gpu)
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
         failed = schedule(
             todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger, lambda r: run_cpus(r, out)

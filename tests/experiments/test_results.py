@@ -564,6 +564,15 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     assert runner.rerun_reason(ledger.records[new.name], True) is None
     on_gpu = dict(ledger.records[new.name], device="cuda: NVIDIA H200")  # its device kind is the GPU
     assert runner.rerun_reason(on_gpu, True, retest=True) is None
+    # --retest re-runs a record only on its own kind of device: a GPU record without per-question figures waits for
+    # an invocation with --use-gpu, and such an invocation leaves the CPU records alone
+    untested_on_gpu = {k: v for k, v in on_gpu.items() if k != "per_question"}
+    assert runner.rerun_reason(untested_on_gpu, True, retest=True) is None
+    assert runner.rerun_reason(untested_on_gpu, True, retest=True, use_gpu=True) == (
+        "recorded without per-question figures (--retest)"
+    )
+    assert runner.rerun_reason(ledger.records[new.name], True, retest=True, use_gpu=True) is None
+    assert runner.rerun_reason(dict(on_gpu, commit="abc1234-dirty"), True) == "recorded from uncommitted code"
     ledger.add(new.name, dict(ledger.records[new.name], cpu=runner.cpu_kind()))
     retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
     assert [r.name for r in retested] == [old.name, unchecked.name]
