@@ -448,14 +448,13 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             record = {"command": shown(step.argv), "seconds": round(time.time() - started, 1)}
             ledger.add(f"data:{step.key}", dict(record, **corpus_summary(step)))
 
-    recorded = {
-        key: sum(ledger.records.get(f"data:{s.key}", {}).get("seconds", 0) for s in steps)
-        for key, steps in chains.items()
-    }
-    longest_first = sorted(chains, key=lambda key: -recorded[key])  # stable: ties keep the plan's order
+    def recorded_seconds(steps: list[DataStep]) -> float:
+        return sum(ledger.records.get(f"data:{step.key}", {}).get("seconds", 0) for step in steps)
+
+    longest_first = sorted(chains.values(), key=recorded_seconds, reverse=True)  # stable: ties keep the plan's order
     started = time.time()
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
-        for future in [pool.submit(run_chain, chains[key]) for key in longest_first]:
+        for future in [pool.submit(run_chain, steps) for steps in longest_first]:
             future.result()
     return time.time() - started if chains else 0.0
 
@@ -522,13 +521,14 @@ def rerun_reason(
     CPU's): a GPU record re-run on CPUs would take hours a run and leave its row's seeds on two kinds of device."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
-    if retest and (record.get("device", "cpu") != "cpu") != use_gpu:
+    on_gpu = record.get("device", "cpu") != "cpu"
+    if retest and on_gpu != use_gpu:
         return None
     if retest and "per_question" not in record:
         return "recorded without per-question figures (--retest)"
     if retest and "inputs_sha256" not in record:
         return "recorded without the sha256 of the data and word vectors it read (--retest)"
-    if retest and record.get("device", "cpu") == "cpu" and "cpu" not in record:
+    if retest and not on_gpu and "cpu" not in record:
         return "recorded without the CPU it ran on (--retest)"
     changed = changed_inputs(record, sha256) if retest and sha256 is not None else []
     if changed:
