@@ -45,6 +45,8 @@ from experiments.runner import (
     EFFICIENCY,
     Ledger,
     commands,
+    data_needed,
+    efficiency_recorded,
     git_commit,
     machine_description,
     missing_inputs,
@@ -115,7 +117,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print every command of the plan, each marked with whether the ledger already holds it, and exit",
+        help="print the commands of the selected rows, their data steps and the efficiency benchmark, each marked "
+        "with whether it is done (its output prepared, its record in the ledger), and exit",
     )
     args = p.parse_args(argv)
     if not (args.report_only or args.dry_run or args.allow_dirty) and git_commit().endswith("-dirty"):
@@ -130,9 +133,11 @@ def main(argv=None) -> int:
     rows = selected_rows(args.only, args.all, args.profile)
     os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
     ledger = Ledger(args.ledger)
-    if args.dry_run:
+    if args.dry_run:  # what this invocation would run, and what it would find done
+        needed = data_needed(rows, args.profile)
         for step in data_steps(out):
-            print(shown(step.argv))
+            if step.key in needed:
+                print(("# prepared: " if os.path.exists(step.done) else "") + shown(step.argv))
         from pipelines.shards import sha256_file
 
         clean_tree = not git_commit().endswith("-dirty")
@@ -144,7 +149,9 @@ def main(argv=None) -> int:
             )
             for argv in commands(run.row, run.seed, out, args.profile):
                 print(("# recorded: " if recorded else "") + shown(argv))
-        print(shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")]))
+        if not args.skip_efficiency:
+            efficiency = shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")])
+            print(("# recorded: " if efficiency_recorded(ledger) else "") + efficiency)
         return 0
     os.makedirs(out, exist_ok=True)
     if not args.report_only:

@@ -774,10 +774,14 @@ EFFICIENCY = [
 ]
 
 
+def efficiency_recorded(ledger: Ledger) -> bool:
+    return "cases" in ledger.records.get("efficiency", {})  # the ledger keeps the figures, on any machine
+
+
 def run_efficiency(out: str, ledger: Ledger) -> float:
     """bench/encoders.py, unless the ledger holds its figures; returns the seconds it took (0 where it did not run)."""
     path = os.path.join(out, "encoders.json")
-    if "cases" in ledger.records.get("efficiency", {}):  # the ledger keeps the figures, on any machine
+    if efficiency_recorded(ledger):
         return 0.0
     argv = EFFICIENCY + ["--json", path]
     say(f"efficiency: {shown(argv)}")

@@ -1038,6 +1038,35 @@ def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tr
         assert {line.split("--name ")[1].split()[0][-5:] for line in listed if not line.startswith("#")} == due
 
 
+def test_the_dry_run_lists_only_the_data_its_rows_read_and_marks_what_is_done(tmp_path, monkeypatch, capsys):
+    """A preview of this invocation: the selected rows' data steps (those prepared marked), and the efficiency
+    benchmark only where it would run (not with --skip-efficiency; marked once the ledger holds its figures)."""
+    from experiments import results
+
+    monkeypatch.setattr(results, "git_commit", lambda: "abc1234")
+    out = tmp_path / "out"
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    argv = ["--dry-run", "--profile", "full", "--only", "wikiqa/iarnn-gate", "--ledger", ledger.path, "--out", str(out)]
+
+    def listed(*more: str, job: str) -> list[str]:
+        assert results.main([*argv, *more]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if job in line]
+
+    data = listed(job="jobs/tokenize_corpora.py") + listed(job="jobs/word_vectors.py")
+    assert [line.split()[1:4] for line in data] == [  # WikiQA tokenised, then its vectors: no other data set
+        ["jobs/tokenize_corpora.py", "--dataset", "wikiqa"],
+        ["jobs/word_vectors.py", "--data", str(out / "data" / "wikiqa")],
+    ]
+    (out / "data" / "wikiqa").mkdir(parents=True)
+    (out / "data" / "wikiqa" / "manifest.json").write_text("{}")
+    data = listed(job="jobs/tokenize_corpora.py") + listed(job="jobs/word_vectors.py")
+    assert [line.split("python ")[0] for line in data] == ["# prepared: ", ""]
+    assert listed(job="bench/encoders.py")[0].startswith("python ")
+    assert listed("--skip-efficiency", job="bench/encoders.py") == []
+    ledger.add("efficiency", {"command": "python bench/encoders.py", "cases": []})
+    assert listed(job="bench/encoders.py")[0].startswith("# recorded: python ")
+
+
 def test_a_record_names_the_software_it_ran_with():
     versions = runner.software_versions()
     assert set(versions) == {"python", "torch", "ray", "transformers", "numpy"}
