@@ -260,18 +260,20 @@ def profile_counts(runs: dict) -> tuple[dict[str, list[str]], dict[str, int]]:
     return planned, recorded
 
 
+def where_it_ran(record: dict) -> str:
+    """A record's kind of device, as the page names it: the GPU, or for a CPU run the processor and kernels."""
+    device = record.get("device", "cpu")
+    if device != "cpu":
+        return f"one {device.removeprefix('cuda: ')}"
+    return f"CPUs ({describe_cpu(record['cpu'])})" if record.get("cpu") else "CPUs (processor not recorded)"
+
+
 def hardware_sentence(runs: dict) -> str:
     """Where the recorded runs ran, from their records (a run's `device`, and for a CPU run the `cpu` newer records
     name), so that the page says the same wherever it is regenerated."""
     counts: dict[str, int] = {}
     for r in runs.values():
-        device = r.get("device", "cpu")
-        if device != "cpu":
-            where = f"one {device.removeprefix('cuda: ')}"
-        elif r.get("cpu"):
-            where = f"CPUs ({describe_cpu(r['cpu'])})"
-        else:
-            where = "CPUs (processor not recorded)"
+        where = where_it_ran(r)
         counts[where] = counts.get(where, 0) + 1
     if not counts:
         return "No run is recorded yet."
@@ -644,6 +646,47 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
+def runs_run_again(ledger: Ledger) -> list[str]:
+    """The runs that ran again under their plan and kept what they replaced (`replaces`: `results.py --retest`, a
+    record from uncommitted code run again from a clean tree, a profile re-run whole), each set against the record it
+    replaced, by profile and by where each of the two ran: how often a run re-runs to the same test figures."""
+    groups: dict[tuple[str, str, str], list[tuple[str, float, str]]] = {}
+    for key, record in sorted(ledger.records.items()):
+        before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
+        if not before:
+            continue
+        shared = [m for m, v in record["test"].items() if isinstance(v, float) and m in before["test"]]
+        change, metric = max(((abs(record["test"][m] - before["test"][m]), m) for m in shared), default=(0.0, ""))
+        where = (record.get("profile", "hour"), where_it_ran(before), where_it_ran(record))
+        groups.setdefault(where, []).append((record["row"], change, metric))
+    if not groups:
+        return []
+    lines = [
+        "Runs that ran again under the same plan keep the record they replaced (`replaces` in the ledger: "
+        "`results.py --retest`, a record from uncommitted code run again from a clean tree, a profile re-run whole); "
+        "set against it:",
+        "",
+        "| profile | ran before on | ran again on | runs | the same test figures | other figures (largest change) "
+        "| rows with other figures (runs) |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for (profile, before_on, again_on), runs in sorted(groups.items()):
+        changed = [(row, change, metric) for row, change, metric in runs if change > 0]
+        by_row: dict[str, int] = {}
+        for row, _, _ in changed:
+            by_row[row] = by_row.get(row, 0) + 1
+        largest = ""
+        if changed:
+            _, change, metric = max(changed, key=lambda run: run[1])
+            largest = f" ({metric} {change:.4f})"
+        rows_changed = ", ".join(f"{row} ({n})" for row, n in sorted(by_row.items())) or "-"
+        lines.append(
+            f"| {profile} | {before_on} | {again_on} | {len(runs)} | {len(runs) - len(changed)} "
+            f"| {len(changed)}{largest} | {rows_changed} |"
+        )
+    return lines + [""]
+
+
 def rerun_section(ledger: Ledger) -> list[str]:
     """The records re-run from their stored arguments (experiments/rerun.py's `rerun:RUN` checks)."""
     checks = {k.removeprefix("rerun:"): r for k, r in sorted(ledger.records.items()) if k.startswith("rerun:")}
@@ -663,12 +706,11 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "for bit, from 57bc40d and from c92cc4d, on a quiet machine and beside two DynSAN runs (test MAP 0.4814 "
         "each time); with `ATEN_CPU_CAPABILITY=avx2` (AVX2 kernels in place of AVX512) to other weights and test "
         "MAP 0.6180; and where 57bc40d first recorded it, another machine whose CPU the record does not name, to "
-        "0.6294. The hour's whole plan, run again from 6707450 into an empty ledger on that machine (2026-11-29), "
-        "gave all 51 of its runs the same test figures as its invocation from c92cc4d the day before.",
+        "0.6294.",
         "",
     ]
     if not checks:
-        return lines + ["No record has been re-run yet.", ""]
+        return lines + ["No record has been checked by `rerun.py` yet.", ""] + runs_run_again(ledger)
     lines += [
         "| record | its commit | device | figure | recorded | re-run | difference | weights | drawn |",
         "|---|---|---|---|---:|---:|---:|---|---|",
@@ -716,7 +758,7 @@ def rerun_section(ledger: Ledger) -> list[str]:
             "re-run may have read others (a data step run again since); `experiments/results.py --retest` runs it "
             "again and keeps them.",
         ]
-    return lines + [""]
+    return lines + [""] + runs_run_again(ledger)
 
 
 def runs_section(runs: dict, ledger: Ledger) -> list[str]:

@@ -384,10 +384,23 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     predictions = os.path.join(out, "predictions", key + ".jsonl")
     if os.path.exists(predictions):  # what the row's interval and the paired tests of its claims are computed from
         record["per_question"] = question_figures(predictions)
+    before = ledger.records.get(key)
+    if before and before.get("plan") == planned and before.get("test"):  # ran again (--retest, from a clean tree)
+        record["replaces"] = replaced_record(before)
     ledger.add(key, record)
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
     return record
+
+
+REPLACED_FIELDS = ("commit", "finished", "device", "cpu", "test", "checkpoint_sha256", "inputs_sha256")
+
+
+def replaced_record(before: dict) -> dict:
+    """What a record that ran again under the same plan keeps of the one it replaces: where and from which code that
+    one ran, what it read and scored, so that the page can say how often a run re-ran to the same figures, and on
+    which kinds of device."""
+    return {field: before[field] for field in REPLACED_FIELDS if field in before}
 
 
 def inputs_read(train: dict) -> dict[str, str]:

@@ -262,7 +262,7 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     from experiments.report import rerun_section
 
     ledger = Ledger(str(tmp_path / "ledger.json"))
-    assert "No record has been re-run yet." in rerun_section(ledger)
+    assert "No record has been checked by `rerun.py` yet." in rerun_section(ledger)
     check = {"commit": "37900c6", "device": "cpu", "finished": "2026-11-27", "figure": "map", "recorded": 0.55}
     ledger.add("rerun:a", dict(check, rerun=0.55, difference=0.0, same=True, weights_identical=True))
     ledger.add("rerun:b", dict(check, rerun=0.56, difference=0.01, same=False, drawn={"seed": 4, "eligible": 21}))

@@ -964,6 +964,36 @@ def test_a_zero_shot_record_keeps_the_sha256_of_the_data_it_scored_and_is_not_re
     assert runner.rerun_reason(dict(record, per_question={"metric": "ap", "values": {}}), True, retest=True) is None
 
 
+def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_page_sets_them_side_by_side(
+    tmp_path, monkeypatch
+):
+    """A run re-run under the same plan (--retest, a clean tree after uncommitted code) keeps the record it replaces
+    (where and from which code it ran, its figures), and the page counts how often a run re-ran to the same
+    figures, by where each ran; a record made under another plan is not comparable and is not kept."""
+    row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
+    run, out = runner.Run(row, 0, "full"), str(tmp_path / "out")
+    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}])
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger.add(run.name, dict(_record(row.id, 0, {"map": 0.4}, "full"), plan={"commands": ["another plan"]}))
+    assert "replaces" not in runner.run_one(run, out, {}, ledger)
+    unnamed = dict(ledger.records[run.name], commit="0ld0ld0")
+    del unnamed["cpu"]  # made before records named their CPU
+    ledger.add(run.name, unnamed)
+    again = runner.run_one(run, out, {}, ledger)
+    assert again["replaces"] == {k: unnamed[k] for k in runner.REPLACED_FIELDS if k in unnamed}
+    assert again["replaces"]["commit"] == "0ld0ld0" and "replaces" not in again["replaces"]
+    lines = writer.runs_run_again(ledger)
+    here = writer.describe_cpu(runner.cpu_kind())
+    assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | 1 | 1 | 0 | - |" in lines
+    runner.run_one(run, out, {}, ledger)  # on this CPU again, to other figures
+    assert f"| full | CPUs ({here}) | CPUs ({here}) | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in writer.runs_run_again(
+        ledger
+    )
+    assert any(line.startswith("| full | CPUs") for line in writer.rerun_section(ledger))
+
+
 def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path, monkeypatch):
     """An interrupted run's folder resumes only where its plan and the commit its first part started from are the
     ones of this invocation; a folder left by other code, or from before the commit was kept beside it, starts
