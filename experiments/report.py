@@ -650,14 +650,18 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     """The runs that ran again under their plan and kept what they replaced (`replaces`: `results.py --retest`, a
     record from uncommitted code run again from a clean tree, a profile re-run whole), each set against the record it
     replaced, by profile and by where each of the two ran: how often a run re-runs to the same test figures."""
-    groups: dict[tuple[str, str, str], list[tuple[str, float, str]]] = {}
+    groups: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
     for key, record in sorted(ledger.records.items()):
         before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
         if not before:
             continue
         shared = [m for m, v in record["test"].items() if isinstance(v, float) and m in before["test"]]
         change, metric = max(((abs(record["test"][m] - before["test"][m]), m) for m in shared), default=(0.0, ""))
-        where = (record.get("profile", "hour"), where_it_ran(before), where_it_ran(record))
+        if not (before.get("inputs_sha256") and record.get("inputs_sha256")):
+            inputs = "not recorded before"
+        else:  # a run retested because it read other data than the data steps now write runs on those
+            inputs = "the same" if before["inputs_sha256"] == record["inputs_sha256"] else "other data"
+        where = (record.get("profile", "hour"), where_it_ran(before), where_it_ran(record), inputs)
         groups.setdefault(where, []).append((record["row"], change, metric))
     if not groups:
         return []
@@ -666,11 +670,11 @@ def runs_run_again(ledger: Ledger) -> list[str]:
         "`results.py --retest`, a record from uncommitted code run again from a clean tree, a profile re-run whole); "
         "set against it:",
         "",
-        "| profile | ran before on | ran again on | runs | the same test figures | other figures (largest change) "
-        "| rows with other figures (runs) |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| profile | ran before on | ran again on | inputs (sha256) | runs | the same test figures "
+        "| other figures (largest change) | rows with other figures (runs) |",
+        "|---|---|---|---|---:|---:|---:|---|",
     ]
-    for (profile, before_on, again_on), runs in sorted(groups.items()):
+    for (profile, before_on, again_on, inputs), runs in sorted(groups.items()):
         changed = [(row, change, metric) for row, change, metric in runs if change > 0]
         by_row: dict[str, int] = {}
         for row, _, _ in changed:
@@ -681,7 +685,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             largest = f" ({metric} {change:.4f})"
         rows_changed = ", ".join(f"{row} ({n})" for row, n in sorted(by_row.items())) or "-"
         lines.append(
-            f"| {profile} | {before_on} | {again_on} | {len(runs)} | {len(runs) - len(changed)} "
+            f"| {profile} | {before_on} | {again_on} | {inputs} | {len(runs)} | {len(runs) - len(changed)} "
             f"| {len(changed)}{largest} | {rows_changed} |"
         )
     return lines + [""]

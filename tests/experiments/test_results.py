@@ -972,6 +972,9 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     figures, by where each ran; a record made under another plan is not comparable and is not kept."""
     row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
     run, out = runner.Run(row, 0, "full"), str(tmp_path / "out")
+    manifest = tmp_path / "out" / "data" / row.data / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"shards": []}\n')
     figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}])
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
@@ -986,11 +989,11 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     assert again["replaces"]["commit"] == "0ld0ld0" and "replaces" not in again["replaces"]
     lines = writer.runs_run_again(ledger)
     here = writer.describe_cpu(runner.cpu_kind())
-    assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | 1 | 1 | 0 | - |" in lines
+    assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | the same | 1 | 1 | 0 | - |" in lines
+    manifest.write_text('{"shards": ["another"]}\n')  # the data step ran again since, to other data
     runner.run_one(run, out, {}, ledger)  # on this CPU again, to other figures
-    assert f"| full | CPUs ({here}) | CPUs ({here}) | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in writer.runs_run_again(
-        ledger
-    )
+    lines = writer.runs_run_again(ledger)
+    assert f"| full | CPUs ({here}) | CPUs ({here}) | other data | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in lines
     assert any(line.startswith("| full | CPUs") for line in writer.rerun_section(ledger))
 
 
