@@ -384,10 +384,12 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     predictions = os.path.join(out, "predictions", key + ".jsonl")
     if os.path.exists(predictions):  # what the row's interval and the paired tests of its claims are computed from
         record["per_question"] = question_figures(predictions)
-    before = ledger.records.get(key)
-    if before and before.get("plan") == planned and before.get("test"):  # ran again (--retest, from a clean tree)
+    before = ledger.records.get(f"replaced:{key}")  # the record todo_runs set aside when this run became due again
+    if before and before.get("plan") == planned:  # comparable: the same commands and recipe
         record["replaces"] = replaced_record(before)
     ledger.add(key, record)
+    if before:
+        ledger.remove(f"replaced:{key}")
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
     return record
@@ -401,6 +403,13 @@ def replaced_record(before: dict) -> dict:
     one ran, what it read and scored, so that the page can say how often a run re-ran to the same figures, and on
     which kinds of device."""
     return {field: before[field] for field in REPLACED_FIELDS if field in before}
+
+
+def set_aside(ledger: Ledger, run: Run, recorded: dict) -> None:
+    """Keep what a run due again under its plan replaces, under `replaced:RUN` until its new record takes it (in the
+    ledger, not in memory: an invocation cut off before the run finishes leaves it for the next one); its plan
+    goes with it, so that a run whose plan changes meanwhile is not set against it."""
+    ledger.add(f"replaced:{run.name}", dict(replaced_record(recorded), plan=recorded.get("plan")))
 
 
 def inputs_read(train: dict) -> dict[str, str]:
@@ -607,6 +616,7 @@ def todo_runs(
                 continue
             say(f"{run.name}: {why}: it runs again")
             start_afresh(run, out)
+            set_aside(ledger, run, recorded)
         if recorded:  # the plan changed since, or it runs again: its record goes (run_one starts the run afresh)
             ledger.remove(run.name)
         todo.append(run)  # a run cut off before its record resumes from its last checkpoint
@@ -614,6 +624,8 @@ def todo_runs(
         source = source_run(run.row, profile, run.seed)
         if source and source not in todo and not os.path.isdir(os.path.join(out, "runs", source.name)):
             say(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
+            if source.name in ledger.records:  # under its plan (else it would be due already): comparable
+                set_aside(ledger, source, ledger.records[source.name])
             ledger.remove(source.name)
             todo.append(source)
     for run in runs:  # a run whose source runs again fine-tunes the new checkpoint

@@ -510,12 +510,13 @@ def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, m
     ledger.add(stale.name, dict(_record(gate.id, 1, {"map": 0.5}, "full"), plan=old_plan))
     todo = [r.name for r in runner.todo_runs([gate], (0, 1, 2), out, "full", ledger)]
     assert todo == ["full-trecqa-iarnn-gate-seed1", "full-trecqa-iarnn-gate-seed2"]
-    assert stale.name not in ledger.records
+    assert stale.name not in ledger.records and f"replaced:{stale.name}" not in ledger.records  # not comparable
     # a transfer run whose pretraining checkpoint is not on this machine brings the pretraining run back first
     source = plan.Run(pretrain, 0, "full")
     ledger.add(source.name, dict(_record(pretrain.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(source, out)))
     todo = [r.name for r in runner.todo_runs([pretrain, transfer], (0,), out, "full", ledger)]
     assert todo == ["full-seqa-minilm-gsamn-pretrain-seed0", "full-wikiqa-minilm-gsamn-transfer-seed0"]
+    assert ledger.records[f"replaced:{source.name}"]["test"] == {"map": 0.5}  # the same plan, run again: kept
     os.makedirs(tmp_path / "runs" / source.name)
     ledger.add(source.name, dict(_record(pretrain.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(source, out)))
     todo = [r.name for r in runner.todo_runs([pretrain, transfer], (0,), out, "full", ledger)]
@@ -967,34 +968,44 @@ def test_a_zero_shot_record_keeps_the_sha256_of_the_data_it_scored_and_is_not_re
 def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_page_sets_them_side_by_side(
     tmp_path, monkeypatch
 ):
-    """A run re-run under the same plan (--retest, a clean tree after uncommitted code) keeps the record it replaces
-    (where and from which code it ran, its figures), and the page counts how often a run re-ran to the same
-    figures, by where each ran; a record made under another plan is not comparable and is not kept."""
+    """A run due again under the same plan (--retest, a clean tree after uncommitted code) keeps the record it
+    replaces (where and from which code it ran, what it read, its figures), and the page counts how often a run
+    re-ran to the same figures, by where each ran; a record made under another plan is not comparable."""
     row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
     run, out = runner.Run(row, 0, "full"), str(tmp_path / "out")
     manifest = tmp_path / "out" / "data" / row.data / "manifest.json"
     manifest.parent.mkdir(parents=True)
     manifest.write_text('{"shards": []}\n')
-    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}])
+    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}, {"map": 0.5}])
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
     ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+
+    def due_and_run(retest: bool = True) -> dict:
+        assert runner.todo_runs([row], (0,), out, "full", ledger, retest) == [run]
+        return runner.run_one(run, out, {}, ledger)
+
     ledger.add(run.name, dict(_record(row.id, 0, {"map": 0.4}, "full"), plan={"commands": ["another plan"]}))
-    assert "replaces" not in runner.run_one(run, out, {}, ledger)
+    assert "replaces" not in due_and_run()
     unnamed = dict(ledger.records[run.name], commit="0ld0ld0")
-    del unnamed["cpu"]  # made before records named their CPU
+    del unnamed["cpu"]  # made before records named their CPU: --retest runs it again
     ledger.add(run.name, unnamed)
-    again = runner.run_one(run, out, {}, ledger)
+    again = due_and_run()
     assert again["replaces"] == {k: unnamed[k] for k in runner.REPLACED_FIELDS if k in unnamed}
-    assert again["replaces"]["commit"] == "0ld0ld0" and "replaces" not in again["replaces"]
+    assert again["replaces"]["commit"] == "0ld0ld0" and f"replaced:{run.name}" not in ledger.records
     lines = writer.runs_run_again(ledger)
     here = writer.describe_cpu(runner.cpu_kind())
     assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | the same | 1 | 1 | 0 | - |" in lines
+    ledger.add(run.name, dict(ledger.records[run.name], commit="abc1234-dirty"))  # from a clean tree: again
     manifest.write_text('{"shards": ["another"]}\n')  # the data step ran again since, to other data
-    runner.run_one(run, out, {}, ledger)  # on this CPU again, to other figures
+    assert "replaces" not in due_and_run(retest=False)["replaces"]  # what it replaced, not what that replaced
     lines = writer.runs_run_again(ledger)
     assert f"| full | CPUs ({here}) | CPUs ({here}) | other data | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in lines
     assert any(line.startswith("| full | CPUs") for line in writer.rerun_section(ledger))
+    # set aside by an invocation cut off before the run finished, and the plan changed since: not comparable
+    ledger.add(f"replaced:{run.name}", dict(runner.replaced_record(again), plan={"commands": ["another plan"]}))
+    assert "replaces" not in runner.run_one(run, out, {}, ledger)
+    assert f"replaced:{run.name}" not in ledger.records
 
 
 def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path, monkeypatch):
