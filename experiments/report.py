@@ -647,9 +647,10 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
 
 
 def runs_run_again(ledger: Ledger) -> list[str]:
-    """The runs that ran again under their plan and kept what they replaced (`replaces`: `results.py --retest`, a
-    record from uncommitted code run again from a clean tree, a profile re-run whole), each set against the record it
-    replaced, by profile and by where each of the two ran: how often a run re-runs to the same test figures."""
+    """The runs that ran again under their plan and kept what they replaced (`replaces`: a run `results.py --retest`
+    ran again, one from uncommitted code run again from a clean tree), each set against the record it replaced, by
+    profile, by where each of the two ran and whether both read the same data: how often a run re-runs to the same
+    test figures."""
     groups: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
     for key, record in sorted(ledger.records.items()):
         before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
@@ -666,9 +667,9 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     if not groups:
         return []
     lines = [
-        "Runs that ran again under the same plan keep the record they replaced (`replaces` in the ledger: "
-        "`results.py --retest`, a record from uncommitted code run again from a clean tree, a profile re-run whole); "
-        "set against it:",
+        "A run that ran again under the same plan keeps the record it replaced (`replaces` in the ledger: a run "
+        "`results.py --retest` ran again, or one from uncommitted code run again from a clean tree); set against "
+        "it, by where each ran and whether both read the same data (the sha256 of its data and word vectors):",
         "",
         "| profile | ran before on | ran again on | inputs (sha256) | runs | the same test figures "
         "| other figures (largest change) | rows with other figures (runs) |",
