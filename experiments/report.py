@@ -646,6 +646,18 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
+def what_both_read(before: dict, record: dict) -> str:
+    """Whether a run and the record it replaced read the same data and word vectors, and (a fine-tuning run) started
+    from the same checkpoint, by sha256: a run due again because it read other data, or because its pretraining ran
+    again, is not expected to re-run to the same figures."""
+    starts = before.get("init_checkpoint_sha256"), record.get("init_checkpoint_sha256")
+    if starts[0] != starts[1]:
+        return "another starting checkpoint" if all(starts) else "not recorded before"
+    if not (before.get("inputs_sha256") and record.get("inputs_sha256")):
+        return "not recorded before"
+    return "the same" if before["inputs_sha256"] == record["inputs_sha256"] else "other data"
+
+
 def runs_run_again(ledger: Ledger) -> list[str]:
     """The runs that ran again under their plan and kept what they replaced (`replaces`: a run `results.py --retest`
     ran again, one from uncommitted code run again from a clean tree), each set against the record it replaced, by
@@ -658,20 +670,22 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             continue
         shared = [m for m, v in record["test"].items() if isinstance(v, float) and m in before["test"]]
         change, metric = max(((abs(record["test"][m] - before["test"][m]), m) for m in shared), default=(0.0, ""))
-        if not (before.get("inputs_sha256") and record.get("inputs_sha256")):
-            inputs = "not recorded before"
-        else:  # a run retested because it read other data than the data steps now write runs on those
-            inputs = "the same" if before["inputs_sha256"] == record["inputs_sha256"] else "other data"
-        where = (record.get("profile", "hour"), where_it_ran(before), where_it_ran(record), inputs)
+        where = (
+            record.get("profile", "hour"),
+            where_it_ran(before),
+            where_it_ran(record),
+            what_both_read(before, record),
+        )
         groups.setdefault(where, []).append((record["row"], change, metric))
     if not groups:
         return []
     lines = [
         "A run that ran again under the same plan keeps the record it replaced (`replaces` in the ledger: a run "
         "`results.py --retest` ran again, or one from uncommitted code run again from a clean tree); set against "
-        "it, by where each ran and whether both read the same data (the sha256 of its data and word vectors):",
+        "it, by where each ran and whether both read the same data and word vectors and started from the same "
+        "checkpoint:",
         "",
-        "| profile | ran before on | ran again on | inputs (sha256) | runs | the same test figures "
+        "| profile | ran before on | ran again on | what both read (sha256) | runs | the same test figures "
         "| other figures (largest change) | rows with other figures (runs) |",
         "|---|---|---|---|---:|---:|---:|---|",
     ]

@@ -395,7 +395,16 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     return record
 
 
-REPLACED_FIELDS = ("commit", "finished", "device", "cpu", "test", "checkpoint_sha256", "inputs_sha256")
+REPLACED_FIELDS = (
+    "commit",
+    "finished",
+    "device",
+    "cpu",
+    "test",
+    "checkpoint_sha256",
+    "inputs_sha256",
+    "init_checkpoint_sha256",
+)
 
 
 def replaced_record(before: dict) -> dict:

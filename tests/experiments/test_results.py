@@ -1002,6 +1002,11 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     lines = writer.runs_run_again(ledger)
     assert f"| full | CPUs ({here}) | CPUs ({here}) | other data | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in lines
     assert any(line.startswith("| full | CPUs") for line in writer.rerun_section(ledger))
+    read = {"inputs_sha256": {"data/manifest.json": "ab"}}
+    assert writer.what_both_read(read, read) == "the same"
+    assert writer.what_both_read(read, dict(read, init_checkpoint_sha256="cd")) == "not recorded before"
+    started = dict(read, init_checkpoint_sha256="cd")  # a fine-tuning whose pretraining ran again since
+    assert writer.what_both_read(started, dict(read, init_checkpoint_sha256="ef")) == "another starting checkpoint"
     # set aside by an invocation cut off before the run finished, and the plan changed since: not comparable
     ledger.add(f"replaced:{run.name}", dict(runner.replaced_record(again), plan={"commands": ["another plan"]}))
     assert "replaces" not in runner.run_one(run, out, {}, ledger)
