@@ -3,6 +3,7 @@ table, the recipes, the evidence rows and every run with its command)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -691,9 +692,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     ]
     for (profile, before_on, again_on, inputs), runs in sorted(groups.items()):
         changed = [(row, change, metric) for row, change, metric in runs if change > 0]
-        by_row: dict[str, int] = {}
-        for row, _, _ in changed:
-            by_row[row] = by_row.get(row, 0) + 1
+        by_row = collections.Counter(row for row, _, _ in changed)
         largest = ""
         if changed:
             _, change, metric = max(changed, key=lambda run: run[1])

@@ -55,6 +55,7 @@ from experiments.runner import (
     run_all,
     run_efficiency,
     selected_rows,
+    steps_to_run,
 )
 
 
@@ -135,9 +136,10 @@ def main(argv=None) -> int:
     ledger = Ledger(args.ledger)
     if args.dry_run:  # what this invocation would run, and what it would find done
         needed = data_needed(rows, args.profile)
+        due = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
         for step in data_steps(out):
             if step.key in needed:
-                print(("# prepared: " if os.path.exists(step.done) else "") + shown(step.argv))
+                print(("" if step in due else "# prepared: ") + shown(step.argv))
         from pipelines.shards import sha256_file
 
         clean_tree = not git_commit().endswith("-dirty")
