@@ -21,16 +21,16 @@ that still learn (the report gives the time the last complete invocation took). 
 recipe they resolve to, seed, resolved configuration, dev and test figures, the sha256 of the checkpoint it scored,
 seconds, commit) goes into the ledger as it finishes. The ledger is committed beside the report
 (docs/results/ledger.json; checkpoints stay in OUT), so a report resumes on any machine: a run whose record is
-missing, or was made under another plan (a changed command or recipe), runs again, and nothing else does;
---report-only rewrites the report from the ledger. The papers' figures are quoted in `experiments/rows.py` (`ROWS`)
-with their table; missing data sets are listed there in `MISSING`.
+missing, or was made under another plan (a changed command or recipe), runs again, and nothing else does (nor
+is any data prepared that no such run reads); --report-only rewrites the report from the ledger. The papers'
+figures are quoted in `experiments/rows.py` (`ROWS`) with their table; missing data sets are listed there in
+`MISSING`.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import os
 import sys
 import time
@@ -45,13 +45,12 @@ from experiments.runner import (
     EFFICIENCY,
     Ledger,
     commands,
-    data_needed,
+    data_to_prepare,
+    due_runs,
     efficiency_recorded,
     git_commit,
     machine_description,
     missing_inputs,
-    plan_of,
-    rerun_reason,
     run_all,
     run_efficiency,
     selected_rows,
@@ -135,29 +134,22 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
     ledger = Ledger(args.ledger)
     if args.dry_run:  # what this invocation would run, and what it would find done
-        needed = data_needed(rows, args.profile)
-        due = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
+        due = due_runs(rows, seeds, out, args.profile, ledger, args.retest, args.use_gpu)
+        needed = data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest)
+        prepared = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
         for step in data_steps(out):
             if step.key in needed:
-                print(("" if step in due else "# prepared: ") + shown(step.argv))
-        from pipelines.shards import sha256_file
-
-        clean_tree = not git_commit().endswith("-dirty")
-        sha256 = functools.cache(sha256_file)
+                print(("" if step in prepared else "# prepared: ") + shown(step.argv))
         for run in runs_of(rows, args.profile, seeds):
-            record = ledger.records.get(run.name, {})
-            recorded = record.get("plan") == plan_of(run, out) and not rerun_reason(
-                record, clean_tree, args.retest, sha256, args.use_gpu
-            )
             for argv in commands(run.row, run.seed, out, args.profile):
-                print(("# recorded: " if recorded else "") + shown(argv))
+                print(("" if run in due else "# recorded: ") + shown(argv))
         if not args.skip_efficiency:
             efficiency = shown(EFFICIENCY + ["--json", os.path.join(out, "encoders.json")])
             print(("# recorded: " if efficiency_recorded(ledger) else "") + efficiency)
         return 0
     os.makedirs(out, exist_ok=True)
     if not args.report_only:
-        missing = missing_inputs(rows, args.profile, out)
+        missing = missing_inputs(data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest), out)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise SystemExit(

@@ -594,6 +594,59 @@ def start_afresh(run: Run, out: str) -> None:
             os.remove(leftover)
 
 
+@dataclasses.dataclass(frozen=True)
+class Due:
+    """Why a run runs in this invocation, and what running it again does to what its last run left."""
+
+    said: str | None  # printed as it is set due (None: no record, or one under another plan: nothing to set aside)
+    afresh: bool = False  # its finished run's folder goes, so that it trains anew instead of resuming
+    keep: bool = False  # its record, under the same plan, is set aside for the new one to replace (`replaces`)
+
+
+def due_runs(
+    rows: list[Row],
+    seeds: tuple,
+    out: str,
+    profile: str,
+    ledger: Ledger,
+    retest: bool = False,
+    use_gpu: bool = False,
+) -> dict[Run, Due]:
+    """The runs of `rows` that must run, changing nothing: those whose ledger record is missing, was made under
+    another plan (a changed command, recipe or revision) or must run again (`rerun_reason`), the runs they fine-tune
+    from whose checkpoint is not on this machine (the ledger travels with the repository, checkpoints do not), and
+    the runs fine-tuning from a run that runs again or that fine-tuned another checkpoint than its source's record
+    holds (a row never mixes starting checkpoints). With `retest`, a record's inputs are compared only with the data
+    already on this machine (`changed_inputs`)."""
+    runs, due = runs_of(rows, profile, seeds), {}
+    clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
+    from pipelines.shards import sha256_file
+
+    sha256 = functools.cache(sha256_file)  # each data file hashed once, not once per run that read it
+    for run in runs:
+        recorded = ledger.records.get(run.name)
+        if not recorded or recorded.get("plan") != plan_of(run, out):
+            due[run] = Due(None)  # a run cut off before its record resumes from its last checkpoint
+            continue
+        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu)
+        source = source_run(run.row, profile, run.seed)
+        if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
+            why = "fine-tuned another checkpoint than its pretraining run's record holds"
+        if why is not None:
+            due[run] = Due(f"{run.name}: {why}: it runs again", afresh=True, keep=True)
+    for run in list(due):
+        source = source_run(run.row, profile, run.seed)
+        if source and source not in due and not os.path.isdir(os.path.join(out, "runs", source.name)):
+            # recorded, it is under its plan (else it would be due already): comparable with the new record
+            said = f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first"
+            due[source] = Due(said, keep=True)
+    for run in runs:  # a run whose source runs again fine-tunes the new checkpoint
+        source = source_run(run.row, profile, run.seed)
+        if run not in due and source is not None and source in due:
+            due[run] = Due(f"{run.name} fine-tunes {source.name}, which runs again: so does it", afresh=True)
+    return due
+
+
 def todo_runs(
     rows: list[Row],
     seeds: tuple,
@@ -603,47 +656,22 @@ def todo_runs(
     retest: bool = False,
     use_gpu: bool = False,
 ) -> list[Run]:
-    """The runs of `rows` whose ledger record is missing, was made under another plan (a changed command, recipe
-    or revision) or must run again (`rerun_reason`), the runs they fine-tune from whose checkpoint is not on this
-    machine (the ledger travels with the repository, checkpoints do not), and the runs fine-tuning from a run that
-    runs again or that fine-tuned another checkpoint than its source's record holds (a row never mixes starting
-    checkpoints). Sources first, then every row's first seed before any second one, the zero-shot row and the
-    slowest (MiniLM) rows first within a seed."""
-    runs, todo = runs_of(rows, profile, seeds), []
-    clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
-    from pipelines.shards import sha256_file
-
-    sha256 = functools.cache(sha256_file)  # each data file hashed once, not once per run that read it
-    for run in runs:
+    """The runs `due_runs` finds, each made ready to run: a finished run's folder removed where it must train
+    anew, its record set aside where the new one replaces it under the same plan, and removed. Sources first, then
+    every row's first seed before any second one, the zero-shot row and the slowest (MiniLM) rows first within a
+    seed."""
+    due = due_runs(rows, seeds, out, profile, ledger, retest, use_gpu)
+    for run, why in due.items():
+        if why.said:
+            say(why.said)
+        if why.afresh:
+            start_afresh(run, out)
         recorded = ledger.records.get(run.name)
-        if recorded and recorded.get("plan") == plan_of(run, out):
-            why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu)
-            source = source_run(run.row, profile, run.seed)
-            if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
-                why = "fine-tuned another checkpoint than its pretraining run's record holds"
-            if why is None:
-                continue
-            say(f"{run.name}: {why}: it runs again")
-            start_afresh(run, out)
+        if recorded and why.keep:
             set_aside(ledger, run, recorded)
-        if recorded:  # the plan changed since, or it runs again: its record goes (run_one starts the run afresh)
+        if recorded:  # the plan changed since, or it runs again: its record goes
             ledger.remove(run.name)
-        todo.append(run)  # a run cut off before its record resumes from its last checkpoint
-    for run in list(todo):
-        source = source_run(run.row, profile, run.seed)
-        if source and source not in todo and not os.path.isdir(os.path.join(out, "runs", source.name)):
-            say(f"{run.name} fine-tunes {source.name}, whose checkpoint is not here: it runs again first")
-            if source.name in ledger.records:  # under its plan (else it would be due already): comparable
-                set_aside(ledger, source, ledger.records[source.name])
-            ledger.remove(source.name)
-            todo.append(source)
-    for run in runs:  # a run whose source runs again fine-tunes the new checkpoint
-        source = source_run(run.row, profile, run.seed)
-        if run not in todo and source is not None and source in todo:
-            say(f"{run.name} fine-tunes {source.name}, which runs again: so does it")
-            start_afresh(run, out)
-            ledger.remove(run.name)
-            todo.append(run)
+    todo = list(due)
     is_source = {source_run(r.row, profile, r.seed) for r in todo}
     order = {r.id: i for i, r in enumerate(ROWS)}
     todo.sort(
@@ -658,6 +686,23 @@ def todo_runs(
     return todo
 
 
+def data_to_prepare(
+    rows: list[Row],
+    seeds: tuple,
+    out: str,
+    profile: str,
+    ledger: Ledger,
+    retest: bool = False,
+) -> set[str]:
+    """The data steps (keys of `data_steps`) an invocation of `rows` prepares: those its due runs read, so that a
+    machine whose ledger holds every selected run builds no data to run nothing; with `retest`, every selected
+    row's, since a record is compared with this machine's data only once that data is here (`changed_inputs`)."""
+    if retest:
+        return data_needed(rows, profile)
+    due = due_runs(rows, seeds, out, profile, ledger)  # without --retest no file is hashed: cheap
+    return data_needed(list({run.row: None for run in due}), profile)
+
+
 def data_needed(rows: list[Row], profile: str) -> set[str]:
     """The data steps (keys of `data_steps`) that `rows` read: each row's data set, the steps it names, and word
     vectors only for the rows that read them (an encoder's rows and the zero-shot rows never do, so a machine
@@ -668,12 +713,12 @@ def data_needed(rows: list[Row], profile: str) -> set[str]:
     return needed | builds  # a StackExchangeQA corpus is tokenised from its build
 
 
-def missing_inputs(rows: list[Row], profile: str, out: str) -> list[str]:
-    """The ../shared/data paths that the data steps `rows` still need read and this machine lacks: a step whose
-    output is already there reads nothing, so a machine holding the prepared data (a GPU node given the tokenised
-    shards) runs the rows without the raw data."""
+def missing_inputs(needed: set[str], out: str) -> list[str]:
+    """The ../shared/data paths that the data steps `needed` (keys of `data_steps`) still to run read and this
+    machine lacks: a step whose output is already there reads nothing, so a machine holding the prepared data (a
+    GPU node given the tokenised shards) runs the rows without the raw data."""
     missing: list[str] = []
-    for step in steps_to_run(out, data_needed(rows, profile)):
+    for step in steps_to_run(out, needed):
         reads = [arg.split("=", 1)[-1] for arg in step.argv]  # --dump HOST=PATH, --exclude-overlap NAME=PATH
         if step.key == "squad":  # its input folder links into the shared SQuAD files (link_squad)
             reads.append(os.path.join(SHARED_DATA, "squad_sample"))
@@ -713,7 +758,7 @@ def run_all(
 
     from runtime.ray_env import init_local_ray
 
-    needed_data = data_needed(rows, profile)
+    needed_data = data_to_prepare(rows, seeds, out, profile, ledger, retest)
     planned = runs_of(rows, profile, seeds)
     widest = max((run_cpus(run, out) for run in planned), default=1)
     # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for

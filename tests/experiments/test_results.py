@@ -1080,7 +1080,7 @@ def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tr
         ledger.add(run.name, dict(_record(gate.id, seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out)))
         ledger.add(run.name, dict(ledger.records[run.name], commit=commit))
     for tree, due in (("def5678", {"seed1"}), ("def5678-dirty", set())):
-        monkeypatch.setattr(results, "git_commit", lambda tree=tree: tree)
+        monkeypatch.setattr(runner, "git_commit", lambda tree=tree: tree)  # what due_runs compares records with
         argv = ["--dry-run", "--profile", "full", "--only", gate.id, "--ledger", ledger.path, "--out", out]
         assert results.main([*argv, "--skip-efficiency"]) == 0
         listed = [line for line in capsys.readouterr().out.splitlines() if "iarnn-gate" in line]
@@ -1204,19 +1204,75 @@ def test_only_data_steps_still_to_run_need_the_shared_data(tmp_path, monkeypatch
     monkeypatch.setattr(plan, "SHARED_DATA", shared)
     monkeypatch.setattr(runner, "SHARED_DATA", shared)
     encoder_rows = runner.selected_rows(["wikiqa/minilm-gsamn"], profile="full")
-    assert runner.missing_inputs(encoder_rows, "full", out) == [os.path.join(shared, "wikiqa")]
+    assert runner.missing_inputs(runner.data_needed(encoder_rows, "full"), out) == [os.path.join(shared, "wikiqa")]
     os.makedirs(os.path.join(out, "data", "wikiqa"))
     open(os.path.join(out, "data", "wikiqa", "manifest.json"), "w").close()
-    assert runner.missing_inputs(encoder_rows, "full", out) == []  # tokenised already; an encoder needs no vectors
+    assert runner.missing_inputs(runner.data_needed(encoder_rows, "full"), out) == []  # tokenised; no vectors needed
     # a word-vector row still needs its vectors, trained from the tokenised shards alone
-    assert runner.missing_inputs(runner.selected_rows(["wikiqa/ctrn"], profile="full"), "full", out) == []
+    assert (
+        runner.missing_inputs(runner.data_needed(runner.selected_rows(["wikiqa/ctrn"], profile="full"), "full"), out)
+        == []
+    )
     transfer = runner.selected_rows(["wikiqa/minilm-gsamn-transfer-4-sites"], profile="full")
-    missing = runner.missing_inputs(transfer, "full", out)
+    missing = runner.missing_inputs(runner.data_needed(transfer, "full"), out)
     assert os.path.join(shared, "wikiqa") in missing  # the build decontaminates against WikiQA
     assert os.path.join(shared, "stackexchange_dumps", "atheism", "Posts.xml.gz") in missing
     assert len(missing) == len(set(missing)) == 5
     squad = runner.selected_rows(["squad/dynsan"], profile="full")
-    assert runner.missing_inputs(squad, "full", out) == [os.path.join(shared, "squad_sample")]
+    assert runner.missing_inputs(runner.data_needed(squad, "full"), out) == [os.path.join(shared, "squad_sample")]
+
+
+def test_an_invocation_prepares_only_the_data_its_due_runs_read(tmp_path, monkeypatch):
+    """A machine whose ledger holds every selected run under its plan builds no data to run nothing (it built every
+    selected row's data, then ran nothing), nor asks for the shared data; with --retest it prepares every selected
+    row's data, which the records are compared with. Finding what is due changes nothing."""
+    shared, out = str(tmp_path / "shared"), str(tmp_path / "out")
+    monkeypatch.setattr(plan, "SHARED_DATA", shared)  # the data steps' inputs
+    monkeypatch.setattr(runner, "SHARED_DATA", shared)
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
+    rows = {r.id: r for r in table.ROWS}
+    gate, squad = rows["trecqa/iarnn-gate"], rows["squad/dynsan"]
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for run in plan.runs_of([gate], "full"):
+        record = dict(_record(gate.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
+        ledger.add(run.name, dict(record, commit="abc1234"))
+    stored = json.dumps(ledger.records, sort_keys=True)
+    assert runner.data_to_prepare([gate, squad], plan.SEEDS, out, "full", ledger) == runner.data_needed([squad], "full")
+    assert runner.missing_inputs(runner.data_to_prepare([gate], plan.SEEDS, out, "full", ledger), out) == []
+    retest = runner.data_to_prepare([gate, squad], plan.SEEDS, out, "full", ledger, retest=True)
+    assert retest == runner.data_needed([gate, squad], "full") and {"trecqa", "trecqa-vectors"} <= retest
+    assert json.dumps(ledger.records, sort_keys=True) == stored
+    # a record from uncommitted code runs again from this clean tree: its row's data is prepared again
+    dirty = plan.Run(gate, 1, "full")
+    ledger.add(dirty.name, dict(ledger.records[dirty.name], commit="abc1234-dirty"))
+    assert runner.data_to_prepare([gate], plan.SEEDS, out, "full", ledger) == {"trecqa", "trecqa-vectors"}
+    assert runner.missing_inputs({"trecqa"}, out) == [os.path.join(shared, "trecqa", "jacana_xml")]
+
+
+def test_the_dry_run_lists_the_fine_tunings_of_a_run_that_runs_again(tmp_path, monkeypatch, capsys):
+    """The dry run marks as due what the invocation runs: a pretraining run from uncommitted code runs again from a
+    clean tree, and so do its fine-tunings (they would start from the old checkpoint), though their records are
+    clean; the ledger and the run folders stay as they were."""
+    from experiments import results
+
+    rows = {r.id: r for r in table.ROWS}
+    pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
+    out = str(tmp_path / "out")
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for run in plan.runs_of([pretrain, transfer], "full"):
+        record = dict(_record(run.row.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
+        ledger.add(run.name, dict(record, commit="abc1234-dirty" if run.row is pretrain else "abc1234"))
+        os.makedirs(os.path.join(out, "runs", run.name))
+    stored = json.dumps(ledger.records, sort_keys=True)
+    monkeypatch.setattr(runner, "git_commit", lambda: "def5678")
+    monkeypatch.setattr(results, "git_commit", lambda: "def5678")
+    argv = ["--dry-run", "--profile", "full", "--only", transfer.id, "--ledger", ledger.path, "--out", out]
+    assert results.main([*argv, "--skip-efficiency"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "jobs/train.py" in line]
+    assert len(listed) == len(plan.runs_of([pretrain, transfer], "full")) > 1
+    assert not any(line.startswith("#") for line in listed)
+    assert json.dumps(ledger.records, sort_keys=True) == stored
+    assert all(os.path.isdir(os.path.join(out, "runs", run.name)) for run in plan.runs_of([pretrain, transfer], "full"))
 
 
 def test_data_sets_are_prepared_longest_first_by_their_recorded_seconds(tmp_path, monkeypatch):
