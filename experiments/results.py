@@ -2,7 +2,7 @@
 
     python experiments/results.py [--profile full|hour] [--out out/results] [--ledger docs/results/ledger.json]
         [--report docs/results.md] [--seeds 0,1,2] [--lanes 2] [--only PATTERN] [--skip-efficiency]
-        [--report-only] [--dry-run]
+        [--report-only] [--prepare-only] [--dry-run]
 
 Every figure in the report comes from a command this script ran and records beside it: the data preparation
 (jobs/tokenize_corpora.py, jobs/word_vectors.py, jobs/build_stackexchangeqa.py), then for each row of the plan
@@ -38,19 +38,21 @@ import time
 if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.plan import REPO, SEEDS, data_steps, runs_of, shown
+from experiments.plan import REPO, SEEDS, data_steps, runs_of, say, shown
 from experiments.report import report_rows, write_report
 from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
     EFFICIENCY,
     Ledger,
     commands,
+    data_needed,
     data_to_prepare,
     due_runs,
     efficiency_recorded,
     git_commit,
     machine_description,
     missing_inputs,
+    prepare_all,
     run_all,
     run_efficiency,
     selected_rows,
@@ -113,7 +115,14 @@ def main(argv=None) -> int:
         "row never sets runs on other data against each other. Only runs recorded on this invocation's kind of "
         "device (a GPU with --use-gpu, else CPUs)",
     )
-    p.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
+    only.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="prepare the data the selected rows read, whether or not their runs are recorded, and run nothing: the "
+        "tokenised shards for a machine that will run them (infra/offline_gpu/prepare.sh packs them for a GPU node)",
+    )
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -133,13 +142,18 @@ def main(argv=None) -> int:
     rows = selected_rows(args.only, args.all, args.profile)
     os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
     ledger = Ledger(args.ledger)
-    if args.dry_run:  # what this invocation would run, and what it would find done
-        due = due_runs(rows, seeds, out, args.profile, ledger, args.retest, args.use_gpu)
+    if args.prepare_only:  # every selected row's data, whether or not its runs are recorded
+        needed = data_needed(rows, args.profile)
+    else:
         needed = data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest)
+    if args.dry_run:  # what this invocation would run, and what it would find done
         prepared = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
         for step in data_steps(out):
             if step.key in needed:
                 print(("" if step in prepared else "# prepared: ") + shown(step.argv))
+        if args.prepare_only:
+            return 0
+        due = due_runs(rows, seeds, out, args.profile, ledger, args.retest, args.use_gpu)
         for run in runs_of(rows, args.profile, seeds):
             for argv in commands(run.row, run.seed, out, args.profile):
                 print(("" if run in due else "# recorded: ") + shown(argv))
@@ -149,12 +163,16 @@ def main(argv=None) -> int:
         return 0
     os.makedirs(out, exist_ok=True)
     if not args.report_only:
-        missing = missing_inputs(data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest), out)
+        missing = missing_inputs(needed, out)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise SystemExit(
                 f"{missing[0]} not found{more}: the data steps still to run read ../shared/data (or QA_SHARED_DATA)"
             )
+        if args.prepare_only:
+            seconds = prepare_all(rows, out, args.lanes, ledger, args.profile)
+            say(f"the data of {len(rows)} rows is under {os.path.join(out, 'data')} ({seconds:.0f} s); nothing run")
+            return 0
         started = time.time()
         invocation = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
         efficiency_seconds = 0.0 if args.skip_efficiency else run_efficiency(out, ledger)

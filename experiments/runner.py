@@ -742,6 +742,30 @@ class Invocation:
         return self.runs_done == self.runs_planned
 
 
+@contextlib.contextmanager
+def local_ray(cpus: int):
+    """One local Ray instance of `cpus` CPUs for an invocation's jobs to join: yields the environment they run in
+    (RAY_ADDRESS), so that no job pays for Ray's start-up. The dashboard serves the State API that each training
+    run's PlacementGroupCleaner polls (runtime/ray_env.py)."""
+    import ray
+
+    from runtime.ray_env import init_local_ray
+
+    init_local_ray(num_cpus=cpus, include_dashboard=True, logging_level="WARNING")
+    try:
+        yield dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
+    finally:
+        ray.shutdown()
+
+
+def prepare_all(rows: list[Row], out: str, lanes: int, ledger: Ledger, profile: str = "hour") -> float:
+    """Every data step that `rows` read and that is not done yet, recorded or not their runs (`results.py
+    --prepare-only`: the tokenised shards for a machine that will run them, a GPU node without the raw data);
+    returns its wall seconds."""
+    with local_ray(lanes + 1) as env:  # one CPU beyond the lanes for Ray Data's read tasks
+        return prepare_data(out, env, ledger, data_needed(rows, profile), lanes)
+
+
 def run_all(
     rows: list[Row],
     seeds: tuple,
@@ -754,19 +778,12 @@ def run_all(
 ) -> Invocation:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
     runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
-    import ray
-
-    from runtime.ray_env import init_local_ray
-
     needed_data = data_to_prepare(rows, seeds, out, profile, ledger, retest)
     planned = runs_of(rows, profile, seeds)
     widest = max((run_cpus(run, out) for run in planned), default=1)
     # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for
-    # its next epoch's read. The dashboard serves the State API that each training run's PlacementGroupCleaner
-    # polls (runtime/ray_env.py).
-    init_local_ray(num_cpus=max(lanes, widest) + 1, include_dashboard=True, logging_level="WARNING")
-    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
-    try:
+    # its next epoch's read.
+    with local_ray(max(lanes, widest) + 1) as env:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
         todo = todo_runs(rows, seeds, out, profile, ledger, retest, use_gpu)
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
@@ -779,8 +796,6 @@ def run_all(
                 f"recorded in {ledger.path}, and running again resumes"
             )
         return Invocation(data_seconds, len(todo), len(planned))
-    finally:
-        ray.shutdown()
 
 
 def run_cpus(run: Run, out: str) -> int:

@@ -4,7 +4,7 @@
 # MiniLM's package without its weights, the first corpus, the first part of the weights), .carry2 (the rest of the
 # weights, the commit's git metadata, the other corpora while they fit) and, where they do not, .carry-corpora
 # (the corpora left over), uploaded between the two. Run from the repository root, on a clean commit, after the
-# corpora are tokenised here (python experiments/results.py prepares them):
+# corpora are tokenised here (python experiments/results.py --only PATTERN --prepare-only):
 #
 #   infra/offline_gpu/prepare.sh wikiqa seqa11 seqa4 seqa1 seqa    # tokenised folders under out/results/data
 #

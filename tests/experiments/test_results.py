@@ -1291,6 +1291,43 @@ def test_data_sets_are_prepared_longest_first_by_their_recorded_seconds(tmp_path
     assert ledger.records["data:squad"]["seconds"] >= 0  # timed now: the next invocation orders it too
 
 
+def test_prepare_only_prepares_every_selected_rows_data_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """--prepare-only is for a machine that will run the rows (a GPU node given the tokenised shards): it prepares
+    their data though every run is recorded here, trains nothing, and leaves the ledger's runs and the page alone."""
+    import contextlib
+
+    from experiments import results
+
+    monkeypatch.setattr(results, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(results, "missing_inputs", lambda *a: [])
+    monkeypatch.setattr(runner, "local_ray", lambda cpus: contextlib.nullcontext({}))
+    out = str(tmp_path / "out")
+    key_of = {tuple(step.argv): step.key for step in plan.data_steps(out)}
+    ran: list[str] = []
+    monkeypatch.setattr(runner, "run_job", lambda argv, env, log, summary: ran.append(key_of[tuple(argv)]))
+    gate = next(r for r in table.ROWS if r.id == "wikiqa/iarnn-gate")
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    for run in plan.runs_of([gate], "full"):
+        record = dict(_record(gate.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
+        ledger.add(run.name, dict(record, commit="abc1234"))
+    runs = json.dumps(ledger.records, sort_keys=True)
+    report = tmp_path / "results.md"
+    argv = ["--profile", "full", "--only", gate.id, "--skip-efficiency", "--ledger", ledger.path, "--out", out]
+    argv += ["--report", str(report)]
+    assert results.main(argv) == 0  # every run recorded: no data to prepare for them
+    assert ran == [] and report.exists()
+    report.unlink()
+    assert results.main([*argv, "--prepare-only"]) == 0
+    assert ran == ["wikiqa", "wikiqa-vectors"] and not report.exists()
+    stored = runner.Ledger(ledger.path).records
+    assert {key for key in stored if key.startswith("data:")} == {"data:wikiqa", "data:wikiqa-vectors"}
+    assert json.dumps({k: v for k, v in stored.items() if not k.startswith("data:")}, sort_keys=True) == runs
+    assert "nothing run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        results.main([*argv, "--prepare-only", "--report-only"])
+
+
 def test_only_an_invocation_that_ran_the_whole_plan_times_it(tmp_path, monkeypatch, capsys):
     """A resumed invocation (most runs recorded before it) takes minutes: its time is not the plan's."""
     from experiments import results
