@@ -3,7 +3,7 @@
 # prepare.sh made one) while the machine is warm: MiniLM's weights (checked against the package's sha256), the
 # other corpora, the commit's git metadata; then each --only group of the results plan in turn, as time allows,
 # on the GPU; the ledger, per-question files and logs come back in $OUT/results.tgz for merging into
-# docs/results/ledger.json.
+# docs/results/ledger.json (experiments/merge_ledger.py, see README.md here).
 #
 #   LIMIT=560 LANES=3 bash infra/offline_gpu/call2.sh 'wikiqa/minilm-gsamn-transfer-11-sites' 'wikiqa/minilm-*'
 #
