@@ -170,11 +170,11 @@ def main(argv=None) -> int:
                 f"{missing[0]} not found{more}: the data steps still to run read ../shared/data (or QA_SHARED_DATA)"
             )
         if args.prepare_only:
-            seconds = prepare_all(rows, out, args.lanes, ledger, args.profile)
+            seconds = prepare_all(needed, out, args.lanes, ledger)
             say(f"the data of {len(rows)} rows is under {os.path.join(out, 'data')} ({seconds:.0f} s); nothing run")
             return 0
         started = time.time()
-        invocation = run_all(rows, seeds, out, args.lanes, ledger, args.profile, args.use_gpu, args.retest)
+        invocation = run_all(rows, seeds, out, args.lanes, ledger, needed, args.profile, args.use_gpu, args.retest)
         efficiency_seconds = 0.0 if args.skip_efficiency else run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
             if invocation.whole_plan:

@@ -758,12 +758,12 @@ def local_ray(cpus: int):
         ray.shutdown()
 
 
-def prepare_all(rows: list[Row], out: str, lanes: int, ledger: Ledger, profile: str = "hour") -> float:
-    """Every data step that `rows` read and that is not done yet, recorded or not their runs (`results.py
+def prepare_all(needed_data: set[str], out: str, lanes: int, ledger: Ledger) -> float:
+    """The data steps `needed_data` not done yet, whether or not the runs that read them are recorded (`results.py
     --prepare-only`: the tokenised shards for a machine that will run them, a GPU node without the raw data);
     returns its wall seconds."""
     with local_ray(lanes + 1) as env:  # one CPU beyond the lanes for Ray Data's read tasks
-        return prepare_data(out, env, ledger, data_needed(rows, profile), lanes)
+        return prepare_data(out, env, ledger, needed_data, lanes)
 
 
 def run_all(
@@ -772,13 +772,14 @@ def run_all(
     out: str,
     lanes: int,
     ledger: Ledger,
+    needed_data: set[str],
     profile: str = "hour",
     use_gpu: bool = False,
     retest: bool = False,
 ) -> Invocation:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
-    runs once their source is recorded), after the data they need; with `use_gpu`, the lanes share one GPU."""
-    needed_data = data_to_prepare(rows, seeds, out, profile, ledger, retest)
+    runs once their source is recorded), after the data steps `needed_data` (`data_to_prepare`, whose inputs the
+    caller has checked: not found again here); with `use_gpu`, the lanes share one GPU."""
     planned = runs_of(rows, profile, seeds)
     widest = max((run_cpus(run, out) for run in planned), default=1)
     # One CPU beyond the runs' for their Ray Data read tasks: a run whose workers hold every CPU waits forever for
