@@ -29,9 +29,9 @@ if __package__ in (None, ""):  # run as `python experiments/merge_ledger.py` fro
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.plan import REPO
+from experiments.report import is_run_record
+from experiments.rerun import PRIMARY_FIGURES  # the figure printed beside a taken record: its first one
 from experiments.runner import Ledger
-
-PRIMARY_FIGURES = ("map", "f1", "accuracy")  # the figure printed beside a taken record: its first one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ def judge(key: str, theirs, ours, repo: str = REPO) -> Verdict:
         return Verdict(False, "the same")
     if key.startswith("replaced:"):
         return Verdict(False, "a re-run not finished there (its earlier record set aside): not taken")
-    if not is_run_record(theirs):
+    if not is_run_record(key, theirs):
         return Verdict(ours is None, "not here" if ours is None else "another entry here: kept")
     commit = str(theirs.get("commit", ""))
     if commit.endswith("-dirty") or not commit:
@@ -79,10 +79,6 @@ def judge(key: str, theirs, ours, repo: str = REPO) -> Verdict:
     if str(ours.get("commit", "")).endswith("-dirty") and our_commit == commit:
         return Verdict(True, f"from the commit of the record here ({ours.get('commit')})")
     return Verdict(False, f"no later than the record here ({ours.get('commit')}): kept")
-
-
-def is_run_record(entry) -> bool:
-    return isinstance(entry, dict) and "row" in entry and "test" in entry
 
 
 def figure(record: dict | None) -> str:
@@ -103,7 +99,7 @@ def merge(other: Ledger, ledger: Ledger, dry_run: bool = False, repo: str = REPO
         if verdict.take:
             print(
                 f"taken: {key}: {verdict.why}"
-                + (f"; {figure(ours)} -> {figure(theirs)}" if is_run_record(theirs) else "")
+                + (f"; {figure(ours)} -> {figure(theirs)}" if is_run_record(key, theirs) else "")
             )
             if not dry_run:
                 ledger.add(key, theirs)

@@ -145,13 +145,15 @@ def report_rows(ledger: Ledger) -> list[Row]:
     return [r for r in ROWS if not r.extra or r.full is not None or r.id in recorded]
 
 
+def is_run_record(key: str, record) -> bool:
+    """Whether a ledger entry is a run's record (not a data step's, the efficiency benchmark's, a re-run check, a
+    plan's timing or a record set aside)."""
+    return ":" not in key and key != "efficiency" and isinstance(record, dict) and "row" in record
+
+
 def run_records(ledger: Ledger) -> dict:
     """The ledger's run records by key (data steps, the efficiency benchmark and meta records left out)."""
-    return {
-        k: r
-        for k, r in ledger.records.items()
-        if ":" not in k and k != "efficiency" and isinstance(r, dict) and "row" in r
-    }
+    return {k: r for k, r in ledger.records.items() if is_run_record(k, r)}
 
 
 def earlier_plan_runs(runs: dict, out: str) -> set[str]:
