@@ -716,7 +716,8 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "`python experiments/rerun.py --pick-random` draws a record that can re-run on the machine at hand and runs "
         "its stored argument lists again, from the code of the commit it names (`git archive`), writing under "
         "`out/rerun` only; `--record RUN` names one. Its test figure is set against the record's (the same within "
-        "0.002), and the scored checkpoint's weights against the recorded checkpoint's, where it is on that machine.",
+        "0.002), and the scored weights against the record's: by content (`weights_sha256`), or for a record made "
+        "before records kept that, against the recorded checkpoint where it is on that machine.",
         "",
         "A record re-runs to its figures on the same kind of device: for a CPU record, the same processor and the "
         "same vector kernels of torch, which newer records name (`--pick-random` draws among records of this kind "
@@ -785,13 +786,16 @@ def runs_section(runs: dict, ledger: Ledger) -> list[str]:
     lines = [
         "## Every run",
         "",
-        "| run | profile | seed | split | figures | seconds | commit | checkpoint sha256 | commands as they ran |",
+        "| run | profile | seed | split | figures | seconds | commit | checkpoint sha256 (state.pt; weights) "
+        "| commands as they ran |",
         "|---|---|---:|---|---|---:|---|---|---|",
     ]
     for key in sorted(runs):
         r = runs[key]
         figures = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items() if isinstance(v, float))
         sha = r.get("checkpoint_sha256", "")[:16] or "-"
+        if r.get("weights_sha256"):  # the file carries more than the weights: a re-run's differs even where they agree
+            sha += f"<br>weights {r['weights_sha256'][:16]}"
         # the argument lists that ran (a GPU run's device options included), where the record keeps them; records
         # older than argument lists show their plan's commands, said to be that (a GPU run's lack its options)
         device = f" ({r['device'].removeprefix('cuda: ')})" if r.get("device", "cpu") != "cpu" else ""

@@ -21,7 +21,8 @@ seed it prints, so a draw can be repeated.
 
 The re-run's test figures are set against the record's: the same within --tolerance on the record's first figure
 (MAP for answer selection, F1 for reading comprehension, accuracy for multiple choice); also whether the scored
-checkpoint holds the same weights, bit for bit, where the recorded one is here. The check goes into the ledger as
+checkpoint holds the same weights, bit for bit: by the record's `weights_sha256` (the scored weights by content),
+or for a record made before it kept that, where the recorded checkpoint is here. The check goes into the ledger as
 `rerun:RUN` (the page lists it) and is printed as one JSON line; the exit status is 1 when the figures differ.
 """
 
@@ -307,7 +308,13 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bo
     check["difference"] = None if check["rerun"] is None else check["rerun"] - check["recorded"]
     check["same"] = check["difference"] is not None and abs(check["difference"]) <= tolerance
     if last.get("test"):
-        check["weights_identical"] = same_weights(recorded_checkpoint(record), last["test"]["checkpoint"])
+        from training.checkpoints import checkpoint_weights_sha256
+
+        check["weights_sha256"] = checkpoint_weights_sha256(last["test"]["checkpoint"])
+        if record.get("weights_sha256"):  # by content: no need of the recorded checkpoint on this machine
+            check["weights_identical"] = check["weights_sha256"] == record["weights_sha256"]
+        else:
+            check["weights_identical"] = same_weights(recorded_checkpoint(record), last["test"]["checkpoint"])
     return check
 
 
@@ -339,19 +346,14 @@ def recorded_checkpoint(record: dict) -> str | None:
 
 
 def same_weights(recorded: str | None, rerun_checkpoint: str) -> bool | None:
-    """Whether two checkpoints hold the same model weights, bit for bit (their state.pt files differ anyway: they
-    carry the seconds trained); None where the recorded checkpoint is not here."""
+    """Whether two checkpoints hold the same scored weights, bit for bit (their state.pt files differ anyway: they
+    carry the seconds trained); None where the recorded checkpoint is not here. For a record made before records
+    kept `weights_sha256`."""
     if recorded is None:
         return None
-    import torch
+    from training.checkpoints import checkpoint_weights_sha256
 
-    from training.checkpoints import STATE_FILE
-
-    ours, theirs = (
-        torch.load(os.path.join(c, STATE_FILE), map_location="cpu", weights_only=True)["model"]
-        for c in (recorded, rerun_checkpoint)
-    )
-    return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    return checkpoint_weights_sha256(recorded) == checkpoint_weights_sha256(rerun_checkpoint)
 
 
 def main(argv=None) -> int:

@@ -306,6 +306,7 @@ def question_figures(path: str) -> dict | None:
 
 def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float | None = None) -> dict:
     from pipelines.shards import sha256_file
+    from training.checkpoints import checkpoint_weights_sha256
 
     row, seed, key = run.row, run.seed, run.name
     argvs = commands(row, seed, out, run.profile)
@@ -374,6 +375,8 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
             precision=train.get("precision"),  # as trained: fp32, bf16 or fp16
             checkpoint=os.path.relpath(checkpoint, out),
             checkpoint_sha256=sha256_file(os.path.join(checkpoint, "state.pt")),
+            # the scored weights by content: a re-run that trains to them bit for bit shares it (not the file's)
+            weights_sha256=checkpoint_weights_sha256(checkpoint),
             config=config["train"],
             model_config=config["model_config"],
             dev_history=dev_history(train["checkpoint"]),
@@ -402,6 +405,7 @@ REPLACED_FIELDS = (
     "cpu",
     "test",
     "checkpoint_sha256",
+    "weights_sha256",
     "inputs_sha256",
     "init_checkpoint_sha256",
 )

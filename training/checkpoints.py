@@ -155,6 +155,25 @@ def write_checksums(directory: str) -> None:
         json.dump({"sha256": {name: sha256_file(os.path.join(directory, name)) for name in files}}, f, indent=1)
 
 
+def weights_sha256(state: dict) -> str:
+    """A fingerprint of the weights a state.pt's figures were scored with (`evaluation_weights`): sha256 over each
+    tensor's name, dtype, shape and bytes, in name order. Two runs that trained to the same weights, bit for bit,
+    share it though their state.pt files differ (those also carry the seconds trained and the optimiser)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(evaluation_weights(state).items()):
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}\0{flat.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def checkpoint_weights_sha256(directory: str) -> str:
+    """`weights_sha256` of the local checkpoint folder `directory`'s state.pt."""
+    return weights_sha256(load_state_file(os.path.join(directory, STATE_FILE)))
+
+
 def checkpoint_problem(directory: str) -> str | None:
     """Why the local checkpoint folder `directory` cannot be trusted (a file missing, or not the bytes its
     checksum says), or None. A checkpoint written before checksums were recorded is checked for its files only."""

@@ -200,14 +200,53 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     assert rerun.inputs_problem("r", record) is None
 
 
+def test_the_weights_fingerprint_is_of_the_scored_weights_not_of_the_file(tmp_path):
+    """`weights_sha256`: the same for two state.pt files that differ only beside the weights (the seconds trained),
+    other for one bit or another dtype of the same bytes; of the moving average where a run kept one (the weights
+    its figures were scored with); a hand-computed value for a one-tensor state."""
+    import hashlib
+    import struct
+
+    import torch
+
+    from pipelines.shards import sha256_file
+    from training.checkpoints import STATE_FILE, checkpoint_weights_sha256, weights_sha256
+
+    one = {"model": {"b": torch.tensor([1.0])}}
+    golden = hashlib.sha256(b"b\0torch.float32\0(1,)\0" + struct.pack("<f", 1.0)).hexdigest()
+    assert weights_sha256(one) == golden
+
+    weights = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.tensor(0.5)}
+    folders = []
+    for seconds in (10.0, 11.0):
+        folder = tmp_path / f"checkpoint-{seconds:.0f}"
+        folder.mkdir()
+        torch.save({"model": dict(weights), "trained_seconds": seconds}, folder / STATE_FILE)
+        folders.append(str(folder))
+    assert sha256_file(os.path.join(folders[0], STATE_FILE)) != sha256_file(os.path.join(folders[1], STATE_FILE))
+    assert checkpoint_weights_sha256(folders[0]) == checkpoint_weights_sha256(folders[1])
+    assert rerun.same_weights(folders[0], folders[1]) is True
+    assert rerun.same_weights(None, folders[1]) is None  # the recorded checkpoint is not on this machine
+
+    flipped = weights["w"].clone()
+    flipped.view(torch.int32)[0, 0] ^= 1  # the last bit of one float
+    assert weights_sha256({"model": dict(weights, w=flipped)}) != weights_sha256({"model": weights})
+    as_ints = weights["w"].view(torch.int32)  # the same bytes, read as another dtype
+    assert weights_sha256({"model": dict(weights, w=as_ints)}) != weights_sha256({"model": weights})
+
+    averaged = {"model": weights, "weight_average": {"decay": 0.9, "updates": 3, "shadow": {"b": torch.tensor(0.25)}}}
+    assert weights_sha256(averaged) == weights_sha256({"model": dict(weights, b=torch.tensor(0.25))})
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 @needs_git
 def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_path):
     """A real record: a small GSAMN run of jobs/train.py at HEAD, recorded as experiments/results.py records one;
-    rerun.py runs its argv again from `git archive HEAD` and finds the same test MAP and the same weights."""
+    rerun.py runs its argv again from `git archive HEAD` and finds the same test MAP and the same weights, by the
+    record's `weights_sha256` (the record names no checkpoint file it could compare with)."""
     from experiments.runner import run_job
-    from pipelines.shards import sha256_file
+    from training.checkpoints import checkpoint_weights_sha256
 
     status = subprocess.run(
         ["git", "status", "--porcelain", "--", "training", "qa_models", "jobs", "pipelines"],
@@ -234,7 +273,7 @@ def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_
         "device": "cpu",
         "test": summary["test"]["metrics"],
         "checkpoint": os.path.relpath(checkpoint, tmp_path),
-        "checkpoint_sha256": sha256_file(os.path.join(checkpoint, "state.pt")),
+        "weights_sha256": checkpoint_weights_sha256(checkpoint),
         "seconds": 30,
     }
     Ledger(ledger_path).add("tiny", record)
@@ -250,6 +289,7 @@ def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     check = json.loads(done.stdout.strip().splitlines()[-1])
     assert check["same"] and check["difference"] == 0.0 and check["weights_identical"], check
+    assert check["weights_sha256"] == record["weights_sha256"]
     assert check["inputs_checked"] is False  # the record keeps no sha256 of its data: the check says so
     assert os.path.isdir(tmp_path / "rerun" / f"code-{HEAD}" / "training")
     assert os.path.exists(tmp_path / "rerun" / "predictions" / "tiny.jsonl")
