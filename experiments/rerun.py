@@ -29,6 +29,7 @@ or for a record made before it kept that, where the recorded checkpoint is here.
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import functools
 import io
@@ -104,20 +105,31 @@ def is_gpu_record(record: dict) -> bool:
 def why_not_here(name: str, record: dict, gpu_here: bool, commit_known, cpu_here: dict | None = None) -> str | None:
     """Why the run record `name` cannot re-run on this machine, or None. With `cpu_here`, a CPU record that names
     another kind of CPU is one (records made before they named it are not)."""
+    found = not_here(name, record, gpu_here, commit_known, cpu_here)
+    return found[1] if found else None
+
+
+def not_here(
+    name: str, record: dict, gpu_here: bool, commit_known, cpu_here: dict | None = None
+) -> tuple[str, str] | None:
+    """`why_not_here` with the kind of reason first (a key of NOT_HERE), so that a draw can count them."""
     if "test" not in record:
-        return f"{name}: not a run record with test figures"
+        return "not a run", f"{name}: not a run record with test figures"
     if "argv" not in record:  # its `commands` may lack the device options it ran with
-        return f"{name}: recorded before records kept the argument lists that ran (argv); re-run its row first"
+        return (
+            "no argv",
+            f"{name}: recorded before records kept the argument lists that ran (argv); re-run its row first",
+        )
     commit = str(record.get("commit", ""))
     if commit.endswith("-dirty") or commit in ("", "unknown"):
-        return f"{name}: ran from uncommitted code (commit {commit or '?'}); no commit holds what it ran"
+        return "uncommitted", f"{name}: ran from uncommitted code (commit {commit or '?'}); no commit holds what it ran"
     if not commit_known(commit):
-        return f"{name}: its commit {commit} is not in this clone (fetch it first)"
+        return "commit missing", f"{name}: its commit {commit} is not in this clone (fetch it first)"
     if is_gpu_record(record) and not gpu_here:
         device = record.get("device", "a GPU")
-        return f"{name}: ran on {device}; it re-runs on the same kind of device, and none is here"
+        return "gpu", f"{name}: ran on {device}; it re-runs on the same kind of device, and none is here"
     if cpu_here and not is_gpu_record(record) and record.get("cpu") and record["cpu"] != cpu_here:
-        return (
+        return "other cpu", (
             f"{name}: ran on {describe_cpu(record['cpu'])}; a CPU record re-runs to its figures on the same kind of "
             f"CPU, and this is {describe_cpu(cpu_here)} (--other-cpu runs it anyway"
             + (
@@ -127,6 +139,32 @@ def why_not_here(name: str, record: dict, gpu_here: bool, commit_known, cpu_here
             )
         )
     return None
+
+
+# How a draw that finds no record says why, by kind of reason: (how the count reads, what to do about it).
+NOT_HERE = {
+    "other cpu": ("ran on another kind of CPU", "--other-cpu draws among them too"),
+    "gpu": ("ran on a GPU", "they re-run on a machine with one"),
+    "uncommitted": ("ran from uncommitted code", "results.py re-runs their rows from a clean tree"),
+    "commit missing": ("name a commit this clone lacks", "fetch it"),
+    "no argv": ("predate argument lists", "results.py --retest re-runs their rows"),
+    "longer": ("took longer than --max-seconds", "raise it"),
+    "not a run": ("hold no test figures", "nothing to re-run"),
+    "source missing": ("start from a checkpoint that is not here", "re-run their source record first"),
+    "inputs differ": ("read data or word vectors that differ here", "see `rerun.py --record RUN`"),
+}
+
+
+def nothing_to_draw(counts: dict[str, int], other_cpus: list[dict], cpu_here: dict | None) -> str:
+    """The one line of a draw that found no record: how many run records, and how many for each reason."""
+    parts = []
+    for kind, (reads, remedy) in NOT_HERE.items():
+        if counts.get(kind):
+            if kind == "other cpu" and cpu_here:
+                kinds = "; ".join(describe_cpu(cpu) for cpu in other_cpus)
+                reads += f" ({kinds}; this is {describe_cpu(cpu_here)})"
+            parts.append(f"{counts[kind]} {reads}: {remedy}")
+    return f"no record of the ledger can re-run here, of {sum(counts.values())} run records: " + "; ".join(parts)
 
 
 def source_checkpoint_problem(name: str, record: dict) -> str | None:
@@ -156,15 +194,25 @@ def _sha256(path: str) -> str:
     return sha256_file(path)
 
 
-def inputs_problem(name: str, record: dict) -> str | None:
+def inputs_problem(name: str, record: dict, cpu_here: dict | None = None) -> str | None:
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
-    content than it read, or None. A file not here is prepared by the data steps first, and checked again then."""
+    content than it read, or None. A file not here is prepared by the data steps first, and checked again then.
+    With `cpu_here`, a CPU record of another kind of CPU (or of none named) says that may be the cause: the data
+    steps' fastText vectors are other bytes on another kind of CPU (measured: SQuAD's and TrecQA's, AMD EPYC family
+    25 model 1 against model 17), though the tokenised data is the same."""
     changed = changed_inputs(record, _sha256)
     if not changed:
         return None
+    cause = "its data step ran again since"
+    other = cpu_here and not is_gpu_record(record) and record.get("cpu") != cpu_here
+    if other and changed[0].endswith("embeddings.npy"):
+        cause += (
+            f", or ran on the record's kind of CPU ({describe_cpu(record.get('cpu'))}) and here on "
+            f"{describe_cpu(cpu_here)}: word vectors trained on another kind of CPU are other bytes"
+        )
     return (
         f"{name}: read {changed[0]} with sha256 {record['inputs_sha256'][changed[0]][:12]}, and the file here differs "
-        "(its data step ran again since): a re-run would not test the record"
+        f"({cause}): a re-run would not test the record"
     )
 
 
@@ -183,18 +231,27 @@ def cuda_here() -> bool:
 
 def pick(ledger: Ledger, seed: int, max_seconds: float | None, cpu_here: dict | None = None) -> tuple[str, int]:
     """A record drawn with `seed` among those that can re-run here (with `cpu_here`, only CPU records of that kind
-    of CPU or of none named); (its name, how many could)."""
+    of CPU or of none named); (its name, how many could). None can: the refusal counts why, by kind."""
     gpu = cuda_here()
-    eligible = sorted(
-        name
-        for name, record in run_records(ledger).items()
-        if (max_seconds is None or float(record.get("seconds", 0)) <= max_seconds)
-        and why_not_here(name, record, gpu, commit_in_clone, cpu_here) is None
-        and source_checkpoint_problem(name, record) is None
-        and inputs_problem(name, record) is None
-    )
+    eligible: list[str] = []
+    counts: collections.Counter[str] = collections.Counter()
+    other_cpus: list[dict] = []
+    for name, record in sorted(run_records(ledger).items()):
+        found = not_here(name, record, gpu, commit_in_clone, cpu_here)
+        if found is None and max_seconds is not None and float(record.get("seconds", 0)) > max_seconds:
+            found = "longer", ""
+        if found is None and source_checkpoint_problem(name, record) is not None:
+            found = "source missing", ""
+        if found is None and inputs_problem(name, record) is not None:
+            found = "inputs differ", ""
+        if found is None:
+            eligible.append(name)
+        else:
+            counts[found[0]] += 1
+            if found[0] == "other cpu" and record["cpu"] not in other_cpus:
+                other_cpus.append(record["cpu"])
     if not eligible:
-        raise RerunRefused("no record of the ledger can re-run here (see --max-seconds)")
+        raise RerunRefused(nothing_to_draw(counts, other_cpus, cpu_here))
     return random.Random(seed).choice(eligible), len(eligible)
 
 
@@ -260,7 +317,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bo
     gpu = is_gpu_record(record)
     cpu_here = cpu_kind()
     problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone, None if other_cpu else cpu_here)
-    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record)
+    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record, cpu_here)
     if problem:
         raise RerunRefused(problem)
     check_scratch(scratch, record)
@@ -270,7 +327,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bo
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
     prepare_inputs(record, env)
     _sha256.cache_clear()  # what the data steps just wrote
-    problem = inputs_problem(name, record)
+    problem = inputs_problem(name, record, cpu_here)
     if problem:
         raise RerunRefused(problem)
     code = extract_code(record["commit"], scratch)

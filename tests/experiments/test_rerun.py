@@ -162,6 +162,29 @@ def test_a_draw_is_repeatable_and_only_among_records_that_can_rerun(tmp_path, mo
 
 
 @needs_git
+def test_a_draw_that_finds_nothing_says_why_by_kind_of_reason(tmp_path, monkeypatch):
+    """A reviewer on another machine learns from the one line why nothing can re-run there, and what to do."""
+    monkeypatch.setattr(rerun, "cuda_here", lambda: False)
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    for i in range(3):
+        ledger.add(f"xeon-{i}", _record(seconds=1, cpu=XEON))
+    ledger.add("gpu", _record(device="cuda: NVIDIA H100 80GB HBM3", seconds=1))
+    ledger.add("dirty", _record(commit=HEAD + "-dirty", seconds=1))
+    ledger.add("long", _record(seconds=10_000, cpu=EPYC))
+    with pytest.raises(SystemExit) as refused:
+        rerun.pick(ledger, 0, max_seconds=1000, cpu_here=EPYC)
+    message = str(refused.value.code)
+    assert message.startswith("rerun: no record of the ledger can re-run here, of 6 run records: "), message
+    assert (
+        f"3 ran on another kind of CPU ({rerun.describe_cpu(XEON)}; this is {rerun.describe_cpu(EPYC)}): "
+        "--other-cpu draws among them too" in message
+    )
+    for part in ("1 ran on a GPU", "1 ran from uncommitted code", "1 took longer than --max-seconds: raise it"):
+        assert part in message
+    assert rerun.pick(ledger, 0, max_seconds=None, cpu_here=EPYC) == ("long", 1)
+
+
+@needs_git
 def test_a_fine_tuning_record_needs_the_checkpoint_it_started_from(tmp_path):
     from pipelines.shards import sha256_file
     from tests.jobs.test_safety import _checkpoint
@@ -196,6 +219,12 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     rerun._sha256.cache_clear()
     problem = rerun.inputs_problem("r", record)
     assert problem and f"read {vectors} with sha256 {read[vectors][:12]}" in problem and "differs" in problem
+    assert "another kind of CPU" not in problem
+    # a CPU record of another kind of CPU: its word vectors, trained there, may be what differs
+    other = rerun.inputs_problem("r", dict(record, cpu=XEON), cpu_here=EPYC)
+    assert other and f"ran on the record's kind of CPU ({rerun.describe_cpu(XEON)})" in other
+    assert "word vectors trained on another kind of CPU are other bytes" in other
+    assert "another kind of CPU" not in rerun.inputs_problem("r", dict(record, cpu=EPYC), cpu_here=EPYC)
     os.remove(vectors)  # not here: prepared by the data steps first, and checked after them
     assert rerun.inputs_problem("r", record) is None
 
