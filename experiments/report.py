@@ -667,6 +667,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     profile, by where each of the two ran and whether both read the same data: how often a run re-runs to the same
     test figures."""
     groups: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
+    weights: dict[tuple[str, str, str, str], list[bool]] = {}  # of the runs both of whose records fingerprint them
     for key, record in sorted(ledger.records.items()):
         before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
         if not before:
@@ -680,13 +681,16 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             what_both_read(before, record),
         )
         groups.setdefault(where, []).append((record["row"], change, metric))
+        if before.get("weights_sha256") and record.get("weights_sha256"):
+            weights.setdefault(where, []).append(before["weights_sha256"] == record["weights_sha256"])
     if not groups:
         return []
     lines = [
         "A run that ran again under the same plan keeps the record it replaced (`replaces` in the ledger: a run "
         "`results.py --retest` ran again, or one from uncommitted code run again from a clean tree); set against "
         "it, by where each ran and whether both read the same data and word vectors and started from the same "
-        "checkpoint:",
+        "checkpoint (and, where both records keep `weights_sha256`, how many trained to the same weights, bit for "
+        "bit):",
         "",
         "| profile | ran before on | ran again on | what both read (sha256) | runs | the same test figures "
         "| other figures (largest change) | rows with other figures (runs) |",
@@ -700,9 +704,11 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             _, change, metric = max(changed, key=lambda run: run[1])
             largest = f" ({metric} {change:.4f})"
         rows_changed = ", ".join(f"{row} ({n})" for row, n in sorted(by_row.items())) or "-"
+        fingerprinted = weights.get((profile, before_on, again_on, inputs), [])
+        bit_for_bit = f" ({sum(fingerprinted)} of {len(fingerprinted)} the same weights)" if fingerprinted else ""
         lines.append(
-            f"| {profile} | {before_on} | {again_on} | {inputs} | {len(runs)} | {len(runs) - len(changed)} "
-            f"| {len(changed)}{largest} | {rows_changed} |"
+            f"| {profile} | {before_on} | {again_on} | {inputs} | {len(runs)} "
+            f"| {len(runs) - len(changed)}{bit_for_bit} | {len(changed)}{largest} | {rows_changed} |"
         )
     return lines + [""]
 

@@ -1013,6 +1013,22 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     assert f"replaced:{run.name}" not in ledger.records
 
 
+def test_the_page_counts_reruns_that_trained_to_the_same_weights_where_both_records_fingerprint_them(tmp_path):
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    cpu = {"processor": "AMD EPYC (family 25, model 17)", "kernels": "AVX512"}
+    for seed, (before, after) in enumerate((("aa", "aa"), ("bb", "cc"), (None, "dd"))):
+        earlier = dict(_record("trecqa/qrnn", seed, {"map": 0.5}, "full"), cpu=cpu, device="cpu", commit="abc1234")
+        if before:
+            earlier["weights_sha256"] = before * 32
+        again = dict(earlier, commit="def5678", weights_sha256=after * 32)
+        ledger.add(f"full-trecqa-qrnn-seed{seed}", dict(again, replaces=runner.replaced_record(earlier)))
+    lines = writer.runs_run_again(ledger)
+    assert any("| 3 | 3 (1 of 2 the same weights) | 0 | - |" in line for line in lines), lines
+    # a record made before records kept it is not counted either way
+    ledger.add("full-trecqa-qrnn-seed1", dict(ledger.records["full-trecqa-qrnn-seed1"], weights_sha256=None))
+    assert any("| 3 | 3 (1 of 1 the same weights) | 0 | - |" in line for line in writer.runs_run_again(ledger))
+
+
 def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path, monkeypatch):
     """An interrupted run's folder resumes only where its plan and the commit its first part started from are the
     ones of this invocation; a folder left by other code, or from before the commit was kept beside it, starts
