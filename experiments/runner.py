@@ -110,8 +110,16 @@ class Ledger:
             )
         return figures
 
-    def add(self, key: str, record: dict) -> None:
-        self._change(lambda records: records.__setitem__(key, portable(record)))
+    def add(self, key: str, record: dict, removing: str | None = None) -> None:
+        """Record `record` under `key`; `removing`: a key dropped in the same write (what the record replaces, so
+        that no crash leaves both)."""
+
+        def change(records: dict) -> None:
+            records[key] = portable(record)
+            if removing is not None:
+                records.pop(removing, None)
+
+        self._change(change)
 
     def remove(self, key: str) -> None:
         self._change(lambda records: records.pop(key, None))
@@ -390,9 +398,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     before = ledger.records.get(f"replaced:{key}")  # the record todo_runs set aside when this run became due again
     if before and before.get("plan") == planned:  # comparable: the same commands and recipe
         record["replaces"] = replaced_record(before)
-    ledger.add(key, record)
-    if before:
-        ledger.remove(f"replaced:{key}")
+    ledger.add(key, record, removing=f"replaced:{key}")  # one write: a crash leaves the one or the other
     metrics = {k: round(v, 4) for k, v in record["test"].items() if isinstance(v, float)}
     say(f"{key}: {row.split} {metrics} in {seconds:.0f} s")
     return record

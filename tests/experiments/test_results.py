@@ -976,7 +976,7 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     manifest = tmp_path / "out" / "data" / row.data / "manifest.json"
     manifest.parent.mkdir(parents=True)
     manifest.write_text('{"shards": []}\n')
-    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}, {"map": 0.5}])
+    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}] + [{"map": 0.5}] * 2)
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
     ledger = runner.Ledger(str(tmp_path / "ledger.json"))
@@ -1011,6 +1011,13 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     ledger.add(f"replaced:{run.name}", dict(runner.replaced_record(again), plan={"commands": ["another plan"]}))
     assert "replaces" not in runner.run_one(run, out, {}, ledger)
     assert f"replaced:{run.name}" not in ledger.records
+    # the new record and the end of what it replaces are one write: no crash between them leaves both
+    runner.set_aside(ledger, run, ledger.records[run.name])
+    writes = []
+    write = runner.Ledger._change
+    monkeypatch.setattr(runner.Ledger, "_change", lambda self, change: (writes.append(1), write(self, change)))
+    assert runner.run_one(run, out, {}, ledger)["replaces"] and len(writes) == 1
+    assert f"replaced:{run.name}" not in runner.Ledger(ledger.path).records
 
 
 def test_the_page_counts_reruns_that_trained_to_the_same_weights_where_both_records_fingerprint_them(tmp_path):
