@@ -771,6 +771,17 @@ def rerun_section(ledger: Ledger) -> list[str]:
             f"| {device} ({c['finished']}) | {c['figure']} "
             f"| {c['recorded']:.4f} | {rerun} | {difference}{verdict} | {checkpoint} | {drawn_text} |"
         )
+    across = {name: c for name, c in checks.items() if cpu_mismatch(c) == "another"}
+    if across:
+        same = [name for name, c in across.items() if c.get("same")]
+        lines += [
+            "",
+            f"{len(across)} of these checks ran on another kind of CPU than their record (`--other-cpu`): "
+            f"{len(same)} to the same figures"
+            + (f" ({', '.join(sorted(same))})" if same else "")
+            + ". A record that reads the data steps' fastText word vectors may not be checked so: they can be other "
+            "bytes on another kind of CPU (rerun.py then refuses it: its inputs differ).",
+        ]
     if replaced:
         lines += [
             "",

@@ -364,6 +364,12 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     e, f, g = (next(line for line in lines if line.startswith(f"| {k} |")) for k in "efg")
     assert "(**not the same**; another CPU)" in e and "(**not the same**; CPU unnamed)" in f
     assert "| cpu: AMD EPYC (family 25, model 17), AVX512 kernels (2026-11-27) |" in g and "not the same" not in g
+    # the checks on another kind of CPU than their record's are counted, and those that came back the same named
+    ledger.add("rerun:h", dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=XEON))
+    assert (
+        "2 of these checks ran on another kind of CPU than their record (`--other-cpu`): 1 to the same figures (h)."
+        in (" ".join(rerun_section(ledger)))
+    )
 
 
 def test_the_page_says_on_which_kind_of_cpu_the_runs_ran():
