@@ -158,7 +158,7 @@ def write_checksums(directory: str) -> None:
 def weights_sha256(state: dict) -> str:
     """A fingerprint of the weights a state.pt's figures were scored with (`evaluation_weights`): sha256 over each
     tensor's name, dtype, shape and bytes, in name order. Two runs that trained to the same weights, bit for bit,
-    share it though their state.pt files differ (those also carry the seconds trained and the optimiser)."""
+    share it though their state.pt files differ (a file also carries the seconds trained)."""
     import hashlib
 
     digest = hashlib.sha256()
