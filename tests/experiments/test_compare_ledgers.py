@@ -1,0 +1,77 @@
+"""experiments/compare_ledgers.py: two ledgers of one plan, run on two machines, side by side."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from experiments import compare_ledgers
+from experiments.runner import Ledger
+
+
+def _run(row: str, seed: int, aps: list[float], inputs: str = "ab", profile: str = "hour") -> dict:
+    return {
+        "row": row,
+        "seed": seed,
+        "profile": profile,
+        "split": "test",
+        "test": {"map": sum(aps) / len(aps), "mrr": 0.5},
+        "inputs_sha256": {"out/results/data/trecqa/embeddings.npy": inputs * 32},
+        "per_question": {"metric": "ap", "values": {f"q{i}": ap for i, ap in enumerate(aps)}},
+    }
+
+
+def _ledgers(tmp_path, gate_gain_b: float):
+    """The IARNN gate/word claim on TrecQA: in A the gate row is better by 0.3 AP on each of 60 questions; in B
+    (another machine, other word vectors) by `gate_gain_b`, the word row's figures the same."""
+    noise = random.Random(0)
+    word = [noise.uniform(0.2, 0.5) for _ in range(60)]
+    paths = []
+    for name, gain, inputs in (("a", 0.3, "ab"), ("b", gate_gain_b, "cd")):
+        (tmp_path / name).mkdir(parents=True)
+        ledger = Ledger(str(tmp_path / name / "ledger.json"))
+        for seed in range(3):
+            ledger.add(f"trecqa-iarnn-word-seed{seed}", _run("trecqa/iarnn-word", seed, word, inputs))
+            ledger.add(
+                f"trecqa-iarnn-gate-seed{seed}", _run("trecqa/iarnn-gate", seed, [w + gain for w in word], inputs)
+            )
+        ledger.add("full-trecqa-qrnn-seed0", _run("trecqa/qrnn", 0, word, profile="full"))  # another profile
+        ledger.add("data:trecqa", {"command": "python jobs/tokenize_corpora.py ...", "seconds": 1.0})
+        paths.append(ledger.path)
+    return paths
+
+
+def test_runs_rows_and_claims_are_set_side_by_side(tmp_path, capsys):
+    a, b = _ledgers(tmp_path, gate_gain_b=-0.3)
+    out = tmp_path / "comparison.json"
+    assert compare_ledgers.main([a, b, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "6 runs in both: 3 the same figure to the last bit, 3 within 0.002; 0 read the same data" in printed
+    assert "largest difference: trecqa-iarnn-gate-seed0 map -0.6000" in printed
+    comparison = json.loads(out.read_text())
+    assert {r["run"] for r in comparison["runs"]} == {
+        f"trecqa-iarnn-{m}-seed{s}" for m in ("word", "gate") for s in range(3)
+    }
+    assert [r["row"] for r in comparison["rows"]] == ["trecqa/iarnn-word", "trecqa/iarnn-gate"]
+    (claim,) = comparison["claims"]  # the only claim both ledgers' rows answer
+    assert claim["claim"] == "IARNN: gate attention against word attention (TrecQA)"
+    assert (claim["a_verdict"], claim["b_verdict"], claim["same_verdict"]) == ("holds", "reversed", False)
+    assert "0 of 1 claims judged alike" in printed and "**(differs)**" in printed
+
+    a, b = _ledgers(tmp_path / "alike", gate_gain_b=0.25)
+    compare_ledgers.main([a, b])
+    assert "1 of 1 claims judged alike" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
+    a, b = _ledgers(tmp_path, gate_gain_b=0.3)
+    for argv, message in (
+        ([a, str(tmp_path / "none.json")], "none.json: no such ledger"),
+        ([a, a], "the same ledger as"),
+        ([a, b, "--json", a], "writing it would destroy that input"),
+    ):
+        with pytest.raises(SystemExit):
+            compare_ledgers.main(argv)
+        assert message in capsys.readouterr().err
