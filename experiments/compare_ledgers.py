@@ -7,8 +7,9 @@ For the same plan run on two machines (say `results.py --profile hour --ledger B
 kind of CPU, or on a GPU): each run both ledgers hold under the profile, its test figure in both (the same bits, the
 same within 0.002, or how far apart) and whether both read the same data and word vectors (`inputs_sha256`); each
 row's mean over its seeds in both; and each of the papers' claims judged on each ledger by the page's own paired
-test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. Reads only; `--json` writes what it
-prints.
+test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. A run recorded under another
+plan in each (other commands or recipe) is not the same run: it is left out, and named. Reads only; `--json` writes
+what it prints.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def profile_view(ledger: Ledger, profile: str) -> Ledger:
         k: r for k, r in ledger.records.items() if is_run_record(k, r) and r.get("profile", "hour") == profile
     }
     return view
+
+
+def drop_other_plans(a: Ledger, b: Ledger) -> list[str]:
+    """Leave out of both views the runs recorded under another plan in each (other commands or recipe): not the same
+    runs. Their keys."""
+    other = sorted(k for k in set(a.records) & set(b.records) if a.records[k].get("plan") != b.records[k].get("plan"))
+    for key in other:
+        del a.records[key], b.records[key]
+    return other
 
 
 def figure_of(record: dict) -> tuple[str, float] | None:
@@ -167,13 +177,24 @@ def main(argv=None) -> int:
         except OutputError as error:
             p.error(str(error))
     a, b = (profile_view(Ledger(path), args.profile) for path in (args.a, args.b))
+    other_plans = drop_other_plans(a, b)
     runs, rows, claims = compare_runs(a, b), compare_rows(a, b), compare_claims(a, b)
+    if other_plans:
+        print(f"left out, recorded under another plan in each: {', '.join(other_plans)}")
     print("\n".join(report(runs, rows, claims, (args.a, args.b))))
     if args.json:
         staged = f"{args.json}.partial-{os.getpid()}"
         with open(staged, "w") as f:
             json.dump(
-                {"profile": args.profile, "a": args.a, "b": args.b, "runs": runs, "rows": rows, "claims": claims},
+                {
+                    "profile": args.profile,
+                    "a": args.a,
+                    "b": args.b,
+                    "other_plans": other_plans,
+                    "runs": runs,
+                    "rows": rows,
+                    "claims": claims,
+                },
                 f,
                 indent=1,
             )

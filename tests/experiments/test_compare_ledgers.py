@@ -45,16 +45,20 @@ def _ledgers(tmp_path, gate_gain_b: float):
 
 def test_runs_rows_and_claims_are_set_side_by_side(tmp_path, capsys):
     a, b = _ledgers(tmp_path, gate_gain_b=-0.3)
+    for path, epochs in ((a, 1), (b, 2)):  # recorded under other plans: not the same run
+        Ledger(path).add("trecqa-qrnn-seed0", dict(_run("trecqa/qrnn", 0, [0.5] * 60), plan={"epochs": epochs}))
     out = tmp_path / "comparison.json"
     assert compare_ledgers.main([a, b, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "6 runs in both: 3 the same figure to the last bit, 3 within 0.002; 0 read the same data" in printed
     assert "largest difference: trecqa-iarnn-gate-seed0 map -0.6000" in printed
+    assert "left out, recorded under another plan in each: trecqa-qrnn-seed0" in printed
     comparison = json.loads(out.read_text())
     assert {r["run"] for r in comparison["runs"]} == {
         f"trecqa-iarnn-{m}-seed{s}" for m in ("word", "gate") for s in range(3)
     }
-    assert [r["row"] for r in comparison["rows"]] == ["trecqa/iarnn-word", "trecqa/iarnn-gate"]
+    assert [r["row"] for r in comparison["rows"]] == ["trecqa/iarnn-word", "trecqa/iarnn-gate"]  # not qrnn's
+    assert comparison["other_plans"] == ["trecqa-qrnn-seed0"]
     (claim,) = comparison["claims"]  # the only claim both ledgers' rows answer
     assert claim["claim"] == "IARNN: gate attention against word attention (TrecQA)"
     assert (claim["a_verdict"], claim["b_verdict"], claim["same_verdict"]) == ("holds", "reversed", False)
