@@ -205,7 +205,8 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         type=int,
         default=32,
         help="MB of dump per shuffle partition (threads, duplicate keys, negative buckets): what one "
-        "task holds at a time",
+        "task holds at a time (at least 16 partitions; they set the shards' row order, so a build with "
+        "another value writes the same rows in another order)",
     )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
     p.add_argument(

@@ -145,18 +145,20 @@ class NoPosts(ValueError):
         super().__init__(f"no posts found in {', '.join(sources)}{hint}")
 
 
+# The fewest shuffle partitions: enough tasks to keep a small cluster busy on a small build. A constant, not the
+# cluster's CPUs: the partitions decide which questions share a block, and so the shards' row order; from the
+# cluster's size, a build on 2 CPUs and one on 3 wrote the same rows in other orders (other files, another
+# training stream), so a corpus built on a laptop was not the one a cluster builds.
+MIN_PARTITIONS = 16
+
+
 def _partitions(cfg: BuildConfig) -> int:
-    """Shuffle partitions: about `partition_mb` of dump each (so a partition's size does not grow with the
-    input), at least one per CPU, at most 4,000 (past that, partitions grow: Stack Overflow's 100 GB of XML
-    gives 25 MB each)."""
+    """Shuffle partitions: about `partition_mb` of dump each (so a partition's size does not grow with the input),
+    at least MIN_PARTITIONS, at most 4,000 (past that, partitions grow: Stack Overflow's 100 GB of XML gives 25 MB
+    each). From the input and the options only, never the cluster: the same build writes the same shards on any
+    cluster (a smaller --partition-mb gives a large cluster more tasks, and another order)."""
     size = sum(os.path.getsize(p) for p in cfg.dumps) + 20_000 * (len(cfg.urls) + 1000 * len(cfg.api_sites))
-    return max(_cpus(), min(4000, size // (cfg.partition_mb << 20) + 1))
-
-
-def _cpus() -> int:
-    import ray
-
-    return int(ray.cluster_resources().get("CPU", 1))
+    return max(MIN_PARTITIONS, min(4000, size // (cfg.partition_mb << 20) + 1))
 
 
 def _bound_shuffle_memory(cfg: BuildConfig) -> None:
@@ -225,7 +227,7 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
         prepare = partial(
             mining_candidates, k=cfg.negatives, seed=cfg.seed, mode=cfg.negative_pool, sizes_ref=[ray.put(pool_sizes)]
         )
-        # A map task per thread block (there are at least as many as CPUs), not blocks gathered to partition_mb:
+        # A map task per thread block (there are at least MIN_PARTITIONS), not blocks gathered to partition_mb:
         # embedding costs far more per byte than cutting blocks, and one task would embed a small build alone.
         drawn = mined_negative_blocks(threads, prepare, spec, _partitions(cfg), task_bytes=1, gpus=cfg.mine_gpus)
     negatives = [block for block, _, _ in drawn]
@@ -281,8 +283,7 @@ def write(cfg: BuildConfig) -> dict:
 
     Everything is written to a staging folder that replaces `output` only once complete: a crash leaves the
     previous output (or none) and no half-written shards. The build is deterministic, so a re-run after a
-    crash writes the same rows.
-    """
+    crash writes the same rows, in the same shards, on a cluster of any size (`_partitions`)."""
     import ray
     import ray.data
 
