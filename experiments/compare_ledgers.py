@@ -6,7 +6,7 @@ depend on where the runs ran.
 For the same plan run on two machines (say `results.py --profile hour --ledger B/ledger.json --out B/out` on another
 kind of CPU, or on a GPU): each run both ledgers hold under the profile, its test figure in both (the same bits, the
 same within 0.002, or how far apart) and whether both read the same data and word vectors (`inputs_sha256`); each
-row's mean over its seeds in both; and each of the papers' claims judged on each ledger by the page's own paired
+row's mean over its seeds in both (over the runs both hold: a run in one ledger only is left out, and counted); and each of the papers' claims judged on each ledger by the page's own paired
 test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. A run recorded under another
 plan in each (other commands or recipe) is not the same run: it is left out, and named. Reads only; `--json` writes
 what it prints.
@@ -51,6 +51,16 @@ def drop_other_plans(a: Ledger, b: Ledger) -> list[str]:
     for key in other:
         del a.records[key], b.records[key]
     return other
+
+
+def keep_common(a: Ledger, b: Ledger) -> tuple[int, int]:
+    """Leave in both views only the runs both hold, so that rows and claims are computed over the same seeds (a
+    ledger still filling, a row run with fewer seeds elsewhere); how many each lost."""
+    common = set(a.records) & set(b.records)
+    lost = len(a.records) - len(common), len(b.records) - len(common)
+    a.records = {k: r for k, r in a.records.items() if k in common}
+    b.records = {k: r for k, r in b.records.items() if k in common}
+    return lost
 
 
 def figure_of(record: dict) -> tuple[str, float] | None:
@@ -178,9 +188,12 @@ def main(argv=None) -> int:
             p.error(str(error))
     a, b = (profile_view(Ledger(path), args.profile) for path in (args.a, args.b))
     other_plans = drop_other_plans(a, b)
+    only_a, only_b = keep_common(a, b)
     runs, rows, claims = compare_runs(a, b), compare_rows(a, b), compare_claims(a, b)
     if other_plans:
         print(f"left out, recorded under another plan in each: {', '.join(other_plans)}")
+    if only_a or only_b:
+        print(f"left out, in one ledger only: {only_a} runs of A, {only_b} of B")
     print("\n".join(report(runs, rows, claims, (args.a, args.b))))
     if args.json:
         staged = f"{args.json}.partial-{os.getpid()}"
@@ -191,6 +204,8 @@ def main(argv=None) -> int:
                     "a": args.a,
                     "b": args.b,
                     "other_plans": other_plans,
+                    "only_in_a": only_a,
+                    "only_in_b": only_b,
                     "runs": runs,
                     "rows": rows,
                     "claims": claims,

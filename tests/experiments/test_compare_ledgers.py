@@ -65,8 +65,11 @@ def test_runs_rows_and_claims_are_set_side_by_side(tmp_path, capsys):
     assert "0 of 1 claims judged alike" in printed and "**(differs)**" in printed
 
     a, b = _ledgers(tmp_path / "alike", gate_gain_b=0.25)
+    Ledger(a).add("trecqa-iarnn-gate-seed3", _run("trecqa/iarnn-gate", 3, [0.0] * 60))  # a seed B has not run
     compare_ledgers.main([a, b])
-    assert "1 of 1 claims judged alike" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "left out, in one ledger only: 1 runs of A, 0 of B" in printed
+    assert "1 of 1 claims judged alike" in printed and "| trecqa/iarnn-gate | map | 3 |" in printed
 
 
 def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
