@@ -6,10 +6,11 @@ depend on where the runs ran.
 For the same plan run on two machines (say `results.py --profile hour --ledger B/ledger.json --out B/out` on another
 kind of CPU, or on a GPU): each run both ledgers hold under the profile, its test figure in both (the same bits, the
 same within 0.002, or how far apart) and whether both read the same data and word vectors (`inputs_sha256`); each
-row's mean over its seeds in both (over the runs both hold: a run in one ledger only is left out, and counted); and each of the papers' claims judged on each ledger by the page's own paired
-test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. A run recorded under another
-plan in each (other commands or recipe) is not the same run: it is left out, and named. Reads only; `--json` writes
-what it prints.
+row's mean over its seeds in both; and each of the papers' claims judged on each ledger by the page's own paired
+test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. Rows and claims are computed over
+the runs both ledgers hold (a run in one only is left out, and counted); a run recorded under another plan in each
+(other commands or recipe) is not the same run: it is left out, and named. Reads only; `--json` writes what it
+prints.
 """
 
 from __future__ import annotations
