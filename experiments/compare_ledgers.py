@@ -5,7 +5,7 @@ depend on where the runs ran.
 
 For the same plan run on two machines (say `results.py --profile hour --ledger B/ledger.json --out B/out` on another
 kind of CPU, or on a GPU): each run both ledgers hold under the profile, its test figure in both (the same bits, the
-same within 0.002, or how far apart) and whether both read the same data and word vectors (`inputs_sha256`); each
+same within 0.002, or how far apart) and whether both read the same word vectors (`inputs_sha256`); each
 row's mean over its seeds in both; and each of the papers' claims judged on each ledger by the page's own paired
 test (experiments/cells.py's `claim_cells`), with whether the verdict is the same. Rows and claims are computed over
 the runs both ledgers hold (a run in one only is left out, and counted); a run recorded under another plan in each
@@ -19,6 +19,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 
 if __package__ in (None, ""):  # run as `python experiments/compare_ledgers.py` from a clone that is not installed
@@ -45,10 +46,18 @@ def profile_view(ledger: Ledger, profile: str) -> Ledger:
     return view
 
 
+def plan_shape(record: dict) -> str:
+    """A record's plan (its commands and recipe) without the results' folder it ran under (`--out`, which its
+    commands name: out/results here, B/out there)."""
+    text = json.dumps(record.get("plan"), sort_keys=True)
+    out = re.search(r"--data (\S+)/data/", " ".join((record.get("plan") or {}).get("commands", [])))
+    return text.replace(out.group(1) + "/", "OUT/") if out else text
+
+
 def drop_other_plans(a: Ledger, b: Ledger) -> list[str]:
     """Leave out of both views the runs recorded under another plan in each (other commands or recipe): not the same
     runs. Their keys."""
-    other = sorted(k for k in set(a.records) & set(b.records) if a.records[k].get("plan") != b.records[k].get("plan"))
+    other = sorted(k for k in set(a.records) & set(b.records) if plan_shape(a.records[k]) != plan_shape(b.records[k]))
     for key in other:
         del a.records[key], b.records[key]
     return other
@@ -69,6 +78,16 @@ def figure_of(record: dict) -> tuple[str, float] | None:
     return (name, float(record["test"][name])) if name else None
 
 
+def word_vectors(record: dict) -> dict[str, str]:
+    """The sha256 of the word vectors a run read, by their path below the results' folder (`data/KEY/...`). Not the
+    data's manifest: it names the folders it was written to, so two machines' differ whatever their shards."""
+    return {
+        "data/" + path.split("/data/", 1)[-1]: digest
+        for path, digest in (record.get("inputs_sha256") or {}).items()
+        if path.endswith(".npy")
+    }
+
+
 def compare_runs(a: Ledger, b: Ledger) -> list[dict]:
     """Each run both hold: its figure in each, their difference, and whether both read the same inputs."""
     runs = []
@@ -85,7 +104,8 @@ def compare_runs(a: Ledger, b: Ledger) -> list[dict]:
                 "a": fa[1],
                 "b": fb[1],
                 "difference": fb[1] - fa[1],
-                "same_inputs": bool(ra.get("inputs_sha256")) and ra.get("inputs_sha256") == rb.get("inputs_sha256"),
+                # None: it read no word vectors (an encoder row), or its record predates their sha256
+                "same_vectors": (word_vectors(ra) == word_vectors(rb)) if word_vectors(ra) else None,
             }
         )
     return runs
@@ -138,14 +158,17 @@ def report(runs: list[dict], rows: list[dict], claims: list[dict], names: tuple[
     a, b = names
     identical = sum(r["difference"] == 0 for r in runs)
     close = sum(abs(r["difference"]) <= TOLERANCE for r in runs)
-    same_inputs = [r for r in runs if r["same_inputs"]]
+    vectors = [r for r in runs if r["same_vectors"] is not None]
+    same_vectors = [r for r in vectors if r["same_vectors"]]
     lines = [
         f"A: {a}",
         f"B: {b}",
         "",
         f"{len(runs)} runs in both: {identical} the same figure to the last bit, {close} within {TOLERANCE}; "
-        f"{len(same_inputs)} read the same data and word vectors in both "
-        f"({sum(r['difference'] == 0 for r in same_inputs)} of those the same figure)",
+        f"of the {len(vectors)} that read word vectors, {len(same_vectors)} read the same in both "
+        f"({sum(r['difference'] == 0 for r in same_vectors)} of those the same figure, "
+        f"{sum(r['difference'] == 0 for r in vectors) - sum(r['difference'] == 0 for r in same_vectors)} of the "
+        "others)",
     ]
     if runs:
         largest = max(runs, key=lambda r: abs(r["difference"]))

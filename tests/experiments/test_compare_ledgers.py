@@ -11,14 +11,17 @@ from experiments import compare_ledgers
 from experiments.runner import Ledger
 
 
-def _run(row: str, seed: int, aps: list[float], inputs: str = "ab", profile: str = "hour") -> dict:
+def _run(row: str, seed: int, aps: list[float], inputs: str = "ab", profile: str = "hour", out="out/results") -> dict:
     return {
         "row": row,
         "seed": seed,
         "profile": profile,
         "split": "test",
         "test": {"map": sum(aps) / len(aps), "mrr": 0.5},
-        "inputs_sha256": {"out/results/data/trecqa/embeddings.npy": inputs * 32},
+        "inputs_sha256": {
+            f"{out}/data/trecqa/manifest.json": out,  # a manifest names the folders it was written to
+            f"{out}/data/trecqa/embeddings.npy": inputs * 32,
+        },
         "per_question": {"metric": "ap", "values": {f"q{i}": ap for i, ap in enumerate(aps)}},
     }
 
@@ -47,17 +50,25 @@ def test_runs_rows_and_claims_are_set_side_by_side(tmp_path, capsys):
     a, b = _ledgers(tmp_path, gate_gain_b=-0.3)
     for path, epochs in ((a, 1), (b, 2)):  # recorded under other plans: not the same run
         Ledger(path).add("trecqa-qrnn-seed0", dict(_run("trecqa/qrnn", 0, [0.5] * 60), plan={"epochs": epochs}))
+    for path, out in ((a, "out/results"), (b, "elsewhere/out")):  # the same plan under another results folder
+        command = f"python jobs/train.py --model ctrn --data {out}/data/trecqa --storage-path {out}/runs"
+        plan = {"commands": [command], "recipe": {"epochs": 1}}
+        Ledger(path).add("trecqa-ctrn-seed0", dict(_run("trecqa/ctrn", 0, [0.5] * 60, out=out), plan=plan))
     out = tmp_path / "comparison.json"
     assert compare_ledgers.main([a, b, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "6 runs in both: 3 the same figure to the last bit, 3 within 0.002; 0 read the same data" in printed
+    assert (
+        "7 runs in both: 4 the same figure to the last bit, 4 within 0.002; of the 7 that read word vectors, 1 read "
+        "the same in both (1 of those the same figure, 3 of the others)" in printed
+    )
     assert "largest difference: trecqa-iarnn-gate-seed0 map -0.6000" in printed
     assert "left out, recorded under another plan in each: trecqa-qrnn-seed0" in printed
     comparison = json.loads(out.read_text())
     assert {r["run"] for r in comparison["runs"]} == {
         f"trecqa-iarnn-{m}-seed{s}" for m in ("word", "gate") for s in range(3)
-    }
-    assert [r["row"] for r in comparison["rows"]] == ["trecqa/iarnn-word", "trecqa/iarnn-gate"]  # not qrnn's
+    } | {"trecqa-ctrn-seed0"}
+    rows = ["trecqa/ctrn", "trecqa/iarnn-word", "trecqa/iarnn-gate"]
+    assert sorted(r["row"] for r in comparison["rows"]) == sorted(rows)  # not qrnn's
     assert comparison["other_plans"] == ["trecqa-qrnn-seed0"]
     (claim,) = comparison["claims"]  # the only claim both ledgers' rows answer
     assert claim["claim"] == "IARNN: gate attention against word attention (TrecQA)"
