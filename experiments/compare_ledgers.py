@@ -89,7 +89,7 @@ def word_vectors(record: dict) -> dict[str, str]:
 
 
 def compare_runs(a: Ledger, b: Ledger) -> list[dict]:
-    """Each run both hold: its figure in each, their difference, and whether both read the same inputs."""
+    """Each run both hold: its figure in each, their difference, and whether both read the same word vectors."""
     runs = []
     for key in sorted(set(a.records) & set(b.records)):
         ra, rb = a.records[key], b.records[key]
