@@ -232,6 +232,15 @@ def p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p {p:.3f}"
 
 
+def paper_difference(with_row: Row, without_row: Row, metric: str, ours_only: bool) -> float | None:
+    """The paper's own difference for the claim "with_row is better than without_row" (the figures of the paper's
+    own comparison: DynSAN's ablations are SearchQA's, whatever its row stands beside); None where a paper gives
+    either figure not, or for a comparison of ours."""
+    pa = (with_row.claim_paper or with_row.paper).get(metric)
+    pb = (without_row.claim_paper or without_row.paper).get(metric)
+    return pa - pb if pa is not None and pb is not None and not ours_only else None
+
+
 def claim_cells(
     with_row: Row, without_row: Row, ledger: Ledger, metric: str, paper_diff: float | None, same_budget: bool
 ) -> tuple[str, str]:

@@ -25,11 +25,10 @@ import sys
 if __package__ in (None, ""):  # run as `python experiments/compare_ledgers.py` from a clone that is not installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.cells import claim_cells
+from experiments.cells import claim_cells, paper_difference
 from experiments.figures import row_figures
-from experiments.plan import Row
 from experiments.report import is_run_record
-from experiments.rerun import PRIMARY_FIGURES
+from experiments.rerun import PRIMARY_FIGURES, first_figure
 from experiments.rows import COMPARISONS, OUR_COMPARISONS, ROWS
 from experiments.runner import Ledger
 from pipelines.atomic import OutputError, check_output_file
@@ -74,7 +73,7 @@ def keep_common(a: Ledger, b: Ledger) -> tuple[int, int]:
 
 
 def figure_of(record: dict) -> tuple[str, float] | None:
-    name = next((m for m in PRIMARY_FIGURES if isinstance(record["test"].get(m), (int, float))), None)
+    name = first_figure(record["test"])
     return (name, float(record["test"][name])) if name else None
 
 
@@ -94,6 +93,7 @@ def compare_runs(a: Ledger, b: Ledger) -> list[dict]:
     for key in sorted(set(a.records) & set(b.records)):
         ra, rb = a.records[key], b.records[key]
         fa, fb = figure_of(ra), figure_of(rb)
+        vectors = word_vectors(ra)
         if fa is None or fb is None or fa[0] != fb[0]:
             continue
         runs.append(
@@ -105,7 +105,7 @@ def compare_runs(a: Ledger, b: Ledger) -> list[dict]:
                 "b": fb[1],
                 "difference": fb[1] - fa[1],
                 # None: it read no word vectors (an encoder row), or its record predates their sha256
-                "same_vectors": (word_vectors(ra) == word_vectors(rb)) if word_vectors(ra) else None,
+                "same_vectors": (vectors == word_vectors(rb)) if vectors else None,
             }
         )
     return runs
@@ -115,19 +115,12 @@ def compare_rows(a: Ledger, b: Ledger) -> list[dict]:
     rows = []
     for row in ROWS:
         fa, fb = row_figures(row, a), row_figures(row, b)
-        metric = next((m for m in ("map", "f1", "accuracy") if m in fa and m in fb), None)
+        metric = next((m for m in PRIMARY_FIGURES if m in fa and m in fb), None)
         if metric:
             rows.append(
                 {"row": row.id, "metric": metric, "a": fa[metric][0], "b": fb[metric][0], "seeds": fa[metric][2]}
             )
     return rows
-
-
-def paper_difference(with_row: Row, without_row: Row, metric: str, ours_only: bool) -> float | None:
-    """The paper's own difference, as the page's claims section takes it (None for a comparison of ours)."""
-    pa = (with_row.claim_paper or with_row.paper).get(metric)
-    pb = (without_row.claim_paper or without_row.paper).get(metric)
-    return pa - pb if pa is not None and pb is not None and not ours_only else None
 
 
 def compare_claims(a: Ledger, b: Ledger) -> list[dict]:

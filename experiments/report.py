@@ -23,6 +23,7 @@ from experiments.cells import (
     inputs_differ,
     interval_cell,
     mixed_starts,
+    paper_difference,
     row_start,
     run_time,
     wall_sentence,
@@ -590,11 +591,8 @@ def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
         "|---|---|---|---:|---:|---|",
     ]
     for what, with_it, without, metric in compared:
-        # the figures of the paper's own comparison (DynSAN's ablations: SearchQA's, whatever its row stands beside)
-        pa = (by_id[with_it].claim_paper or by_id[with_it].paper).get(metric)
-        pb = (by_id[without].claim_paper or by_id[without].paper).get(metric)
         digits = 1 if metric in ("em", "f1") else 3
-        paper_diff = pa - pb if pa is not None and pb is not None and what not in ours_only else None
+        paper_diff = paper_difference(by_id[with_it], by_id[without], metric, what in ours_only)
         paper = f"{paper_diff:+.{digits}f}" if paper_diff is not None else "not reported"
         if what in ours_only:
             paper = "no paper's claim"

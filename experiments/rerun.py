@@ -91,8 +91,13 @@ def redirected(argv: list[str], scratch: str, name: str) -> list[str]:
     return out
 
 
+def first_figure(test: dict) -> str | None:
+    """The first of PRIMARY_FIGURES that a record's test figures hold, or None."""
+    return next((m for m in PRIMARY_FIGURES if isinstance(test.get(m), (int, float))), None)
+
+
 def primary_figure(test: dict) -> str:
-    figure = next((m for m in PRIMARY_FIGURES if isinstance(test.get(m), (int, float))), None)
+    figure = first_figure(test)
     if figure is None:
         raise RerunRefused(f"the record's test figures ({sorted(test)}) hold none of {', '.join(PRIMARY_FIGURES)}")
     return figure
