@@ -9,7 +9,9 @@ paper), reading the training shards again on every pass; loading reads a fastTex
 (plain or .gz), keeping only DIR's words; distilling runs a local pretrained transformer over the training split
 and averages each word's contextual states (vectors pre-trained on a large corpus, offline). Writes
 DIR/embeddings.npy (float32 [vocab, dim], `<pad>` zeros) and DIR/embeddings.json, which reports the
-out-of-vocabulary rate by word and by training token.
+out-of-vocabulary rate by word and by training token, and for fastText the OpenBLAS kernels it trained on: pinned by
+instruction set (SkylakeX with AVX-512, Haswell with AVX2; OPENBLAS_CORETYPE, where set, wins), so that every CPU
+of a set trains the same bytes.
 """
 
 from __future__ import annotations
@@ -19,13 +21,17 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipelines.vectors import VectorsConfig
+from runtime.blas import BLAS_KERNEL_CHOICES, pin_openblas_kernels
 from runtime.checks import UsageError
 from runtime.errors import fail
+
+if TYPE_CHECKING:
+    from pipelines.vectors import VectorsConfig
 
 
 def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
@@ -70,12 +76,35 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
         help="--vectors: do not give a word missing from cased vectors its lower-case form's vector",
     )
     p.add_argument(
+        "--blas-kernels",
+        default="auto",
+        type=str.lower,
+        choices=BLAS_KERNEL_CHOICES,
+        metavar="auto|environment|NAME",
+        help="the OpenBLAS kernels fastText trains on, which its vectors' last bits depend on. auto (default): "
+        "pinned by instruction set (SkylakeX with AVX-512, Haswell with AVX2), so every CPU of a set trains the same "
+        "bytes, whatever OPENBLAS_CORETYPE says; environment: OPENBLAS_CORETYPE, or OpenBLAS's choice by processor "
+        "model; or an OpenBLAS core name (haswell, skylakex, zen, ...)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="check the options, the inputs and the output as a run would, print the resolved "
         "configuration and exit (2 where the run would be refused)",
     )
     args = p.parse_args(argv)
+    # before numpy or scipy load OpenBLAS, which reads its kernels once (in a process that loaded it already, as a
+    # test's, the pin is too late: embeddings.json records the kernels that ran)
+    inherited = os.environ.get("OPENBLAS_CORETYPE")
+    args.blas_kernels_pinned = pin_openblas_kernels(args.blas_kernels)
+    if inherited and args.blas_kernels_pinned != inherited:
+        print(
+            f"word_vectors: OpenBLAS kernels {args.blas_kernels_pinned} (--blas-kernels {args.blas_kernels}), not "
+            f"the environment's OPENBLAS_CORETYPE={inherited} (--blas-kernels environment keeps it)",
+            file=sys.stderr,
+        )
+    from pipelines.vectors import VectorsConfig
+
     try:
         cfg = VectorsConfig(
             data=args.data,

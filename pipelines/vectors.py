@@ -25,6 +25,7 @@ from pipelines.atomic import check_output_file
 from pipelines.readers.common import open_text
 from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
+from runtime.blas import openblas_kernels
 from runtime.checks import MissingInput, UsageError, integer_at_least
 
 
@@ -280,6 +281,8 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
         source = {
             "fasttext": {k: v for k, v in asdict(cfg).items() if k not in ("data", "vectors")},
             "trained_words": len(wv.key_to_index),
+            # what gensim's training arithmetic ran on: vectors differ, in the last bits, by these (runtime/blas.py)
+            "blas_kernels": openblas_kernels(),
         }
         # fastText composes a vector for any word from its character n-grams; count the words it had to compose.
         composed = sum(w not in wv.key_to_index for w in words if w not in RESERVED)
