@@ -777,8 +777,11 @@ def rerun_section(ledger: Ledger) -> list[str]:
             f"{len(across)} of these checks ran on another kind of CPU than their record (`--other-cpu`): "
             f"{len(same)} to the same figures"
             + (f" ({', '.join(sorted(same))})" if same else "")
-            + ". A record that reads the data steps' fastText word vectors may not be checked so: they can be other "
-            "bytes on another kind of CPU (rerun.py then refuses it: its inputs differ).",
+            + ". A record that reads the data steps' fastText word vectors can be checked so only where they come "
+            "back the same bytes (rerun.py refuses it otherwise: its inputs differ). Their bytes follow OpenBLAS's "
+            "kernels, which the data step pins by instruction set (`runtime/blas.py`: SkylakeX with AVX-512, Haswell "
+            "with AVX2 alone), so a CPU with AVX-512 builds the vectors of the records made on one, and a CPU with "
+            "AVX2 alone other ones.",
         ]
     if replaced:
         lines += [

@@ -203,8 +203,9 @@ def inputs_problem(name: str, record: dict, cpu_here: dict | None = None) -> str
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
     content than it read, or None. A file not here is prepared by the data steps first, and checked again then.
     With `cpu_here`, a CPU record of another kind of CPU (or of none named) says that may be the cause: the data
-    steps' fastText vectors are other bytes on another kind of CPU (measured: SQuAD's and TrecQA's, AMD EPYC family
-    25 model 1 against model 17), though the tokenised data is the same."""
+    steps' fastText vectors are other bytes where OpenBLAS ran other kernels (measured: SQuAD's and TrecQA's, AMD
+    EPYC family 25 model 1 against model 17), though the tokenised data is the same; the data step pins them by
+    instruction set (runtime/blas.py), so the kernels the vectors here ran on are named where they are known."""
     changed = changed_inputs(record, _sha256)
     if not changed:
         return None
@@ -213,12 +214,25 @@ def inputs_problem(name: str, record: dict, cpu_here: dict | None = None) -> str
     if other and changed[0].endswith("embeddings.npy"):
         cause += (
             f", or ran on the record's kind of CPU ({describe_cpu(record.get('cpu'))}) and here on "
-            f"{describe_cpu(cpu_here)}: word vectors trained on another kind of CPU are other bytes"
+            f"{describe_cpu(cpu_here)}: word vectors trained on another kind of CPU are other bytes where OpenBLAS "
+            f"ran other kernels (pinned by instruction set: SkylakeX with AVX-512, Haswell with AVX2 alone"
+            f"{vectors_kernels(changed[0])})"
         )
     return (
         f"{name}: read {changed[0]} with sha256 {record['inputs_sha256'][changed[0]][:12]}, and the file here differs "
         f"({cause}): a re-run would not test the record"
     )
+
+
+def vectors_kernels(vectors: str) -> str:
+    """ "; here KERNELS" where the statistics beside a vectors file name the OpenBLAS kernels it trained on."""
+    try:
+        with open(vectors[: -len(".npy")] + ".json") as f:
+            kernels = json.load(f).get("blas_kernels") or {}
+    except (OSError, ValueError):
+        return ""
+    names = sorted(set(kernels.values()))
+    return f"; here {', '.join(names)}" if names else ""
 
 
 def commit_in_clone(commit: str) -> bool:

@@ -502,7 +502,18 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
 
 def corpus_summary(step: DataStep) -> dict:
     """What a StackExchangeQA build step made, for the page: its pairs per split and how its negatives were drawn
-    (the build's stats.json); nothing for the other steps."""
+    (the build's stats.json); for a fastText vectors step, the OpenBLAS kernels it trained on (its vectors' bytes
+    follow them: runtime/blas.py); nothing for the other steps."""
+    if step.done.endswith(".npy"):
+        try:
+            with open(step.done[: -len(".npy")] + ".json") as f:
+                kernels = json.load(f).get("blas_kernels")
+        except FileNotFoundError:  # a vectors file from before its statistics were kept beside it
+            return {}
+        if not kernels:  # loaded or distilled vectors, or none of OpenBLAS's loaded
+            return {}
+        names = sorted(set(kernels.values()))
+        return {"blas_kernels": names[0] if len(names) == 1 else kernels}
     if not step.key.endswith("-build"):
         return {}
     with open(step.done) as f:

@@ -10,8 +10,8 @@ paper), reading the training shards again on every pass; loading reads a fastTex
 and averages each word's contextual states (vectors pre-trained on a large corpus, offline). Writes
 DIR/embeddings.npy (float32 [vocab, dim], `<pad>` zeros) and DIR/embeddings.json, which reports the
 out-of-vocabulary rate by word and by training token, and for fastText the OpenBLAS kernels it trained on: pinned by
-instruction set (SkylakeX with AVX-512, Haswell with AVX2; OPENBLAS_CORETYPE, where set, wins), so that every CPU
-of a set trains the same bytes.
+instruction set (SkylakeX with AVX-512, Haswell with AVX2, in place of any OPENBLAS_CORETYPE the environment sets;
+--blas-kernels chooses otherwise), so that every CPU of a set trains the same bytes (runtime/blas.py).
 """
 
 from __future__ import annotations

@@ -1314,6 +1314,34 @@ def test_data_sets_are_prepared_longest_first_by_their_recorded_seconds(tmp_path
     assert ledger.records["data:squad"]["seconds"] >= 0  # timed now: the next invocation orders it too
 
 
+def test_a_vectors_step_records_the_openblas_kernels_it_trained_on(tmp_path, monkeypatch):
+    """The fastText vectors' bytes follow OpenBLAS's kernels (runtime/blas.py): the data step's record names them,
+    from the statistics the job writes beside the vectors; a distilled vectors step names none."""
+    out = str(tmp_path / "out")
+    steps = {tuple(step.argv): step for step in plan.data_steps(out)}
+
+    def job(argv, env, log, summary):
+        step = steps[tuple(argv)]
+        os.makedirs(os.path.dirname(step.done), exist_ok=True)
+        if step.done.endswith(".npy"):
+            kernels = (
+                {}
+                if "--from-encoder" in argv
+                else {"libscipy_openblas": "SkylakeX", "libscipy_openblas64_": "SkylakeX"}
+            )
+            with open(step.done[: -len(".npy")] + ".json", "w") as f:
+                json.dump({"blas_kernels": kernels} if kernels else {"encoder": {}}, f)
+        with open(step.done, "w") as f:
+            f.write("done")
+
+    monkeypatch.setattr(runner, "run_job", job)
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    runner.prepare_data(out, {}, ledger, {"trecqa", "trecqa-vectors", "wikiqa", "wikiqa-minilm-vectors"}, lanes=1)
+    assert ledger.records["data:trecqa-vectors"]["blas_kernels"] == "SkylakeX"
+    assert "blas_kernels" not in ledger.records["data:wikiqa-minilm-vectors"]
+    assert "blas_kernels" not in ledger.records["data:trecqa"]
+
+
 def test_prepare_only_prepares_every_selected_rows_data_and_runs_nothing(tmp_path, monkeypatch, capsys):
     """--prepare-only is for a machine that will run the rows (a GPU node given the tokenised shards): it prepares
     their data though every run is recorded here, trains nothing, and leaves the ledger's runs and the page alone."""
