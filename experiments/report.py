@@ -714,6 +714,8 @@ def runs_run_again(ledger: Ledger) -> list[str]:
 def rerun_section(ledger: Ledger) -> list[str]:
     """The records re-run from their stored arguments (experiments/rerun.py's `rerun:RUN` checks)."""
     checks = {k.removeprefix("rerun:"): r for k, r in sorted(ledger.records.items()) if k.startswith("rerun:")}
+    # each record's checks, the earlier ones (kept in its latest, rerun.py's `earlier`) first
+    entries = [(name, c) for name, latest in checks.items() for c in [*latest.get("earlier", []), latest]]
     lines = [
         "## Re-running a record",
         "",
@@ -741,7 +743,7 @@ def rerun_section(ledger: Ledger) -> list[str]:
         "|---|---|---|---|---:|---:|---:|---|---|",
     ]
     replaced = unrecorded = False
-    for name, c in checks.items():
+    for name, c in entries:
         rerun = "-" if c.get("rerun") is None else f"{c['rerun']:.4f}"
         record = ledger.records.get(name)
         # a record that ran again after its check (--retest, a changed plan): the check is of the one before
@@ -769,14 +771,14 @@ def rerun_section(ledger: Ledger) -> list[str]:
             f"| {device} ({c['finished']}) | {c['figure']} "
             f"| {c['recorded']:.4f} | {rerun} | {difference}{verdict} | {checkpoint} | {drawn_text} |"
         )
-    across = {name: c for name, c in checks.items() if cpu_mismatch(c) == "another"}
+    across = [(name, c) for name, c in entries if cpu_mismatch(c) == "another"]
     if across:
-        same = [name for name, c in across.items() if c.get("same")]
+        same = [name for name, c in across if c.get("same")]
         lines += [
             "",
             f"{len(across)} of these checks ran on another kind of CPU than their record (`--other-cpu`): "
             f"{len(same)} to the same figures"
-            + (f" ({', '.join(sorted(same))})" if same else "")
+            + (f" ({', '.join(sorted(set(same)))})" if same else "")
             + ". A record that reads the data steps' fastText word vectors can be checked so only where they come "
             "back the same bytes (rerun.py refuses it otherwise: its inputs differ). Their bytes follow OpenBLAS's "
             "kernels, which the data step pins by instruction set (`runtime/blas.py`: SkylakeX with AVX-512, Haswell "

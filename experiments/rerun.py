@@ -23,7 +23,8 @@ The re-run's test figures are set against the record's: the same within --tolera
 (MAP for answer selection, F1 for reading comprehension, accuracy for multiple choice); also whether the scored
 checkpoint holds the same weights, bit for bit: by the record's `weights_sha256` (the scored weights by content),
 or for a record made before it kept that, where the recorded checkpoint is here. The check goes into the ledger as
-`rerun:RUN` (the page lists it) and is printed as one JSON line; the exit status is 1 when the figures differ.
+`rerun:RUN` (the page lists it; earlier checks of the same record are kept in it, under `earlier`) and is printed
+as one JSON line; the exit status is 1 when the figures differ.
 """
 
 from __future__ import annotations
@@ -233,6 +234,15 @@ def vectors_kernels(vectors: str) -> str:
         return ""
     names = sorted(set(kernels.values()))
     return f"; here {', '.join(names)}" if names else ""
+
+
+def with_earlier_checks(check: dict, before: dict | None) -> dict:
+    """The check to record, keeping the ones of the same record before it (`earlier`, oldest first): a check on
+    another kind of CPU, or of a record since replaced, does not erase what an earlier one showed."""
+    if not before:
+        return check
+    earlier = [*before.get("earlier", []), {k: v for k, v in before.items() if k != "earlier"}]
+    return dict(check, earlier=earlier)
 
 
 def commit_in_clone(commit: str) -> bool:
@@ -468,7 +478,7 @@ def main(argv=None) -> int:
     if drawn:
         check["drawn"] = drawn
     if not args.no_record:
-        ledger.add(f"rerun:{name}", check)
+        ledger.add(f"rerun:{name}", with_earlier_checks(check, ledger.records.get(f"rerun:{name}")))
     if check["rerun"] is None:
         say(f"{name}: the re-run printed no test {check['figure']}; see {args.out}/logs/{name}.log")
     else:

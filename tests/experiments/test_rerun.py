@@ -376,6 +376,28 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     )
 
 
+def test_a_new_check_keeps_the_earlier_ones_and_the_page_lists_them_all(tmp_path):
+    """Checking a record again (on another kind of CPU, or after the record ran again) used to replace its check in
+    the ledger, so the page lost what the first showed (the same weights, on the record's own kind of CPU)."""
+    from experiments.report import rerun_section
+
+    check = {"commit": "f370a2e", "device": "cpu", "figure": "map", "recorded": 0.55, "rerun": 0.55}
+    first = dict(check, finished="2026-11-28", same=True, weights_identical=True, cpu=EPYC, recorded_cpu=EPYC)
+    second = dict(check, commit="3ebacef", finished="2026-12-01", same=True, cpu=XEON, recorded_cpu=EPYC)
+    assert rerun.with_earlier_checks(first, None) == first
+    kept = rerun.with_earlier_checks(second, first)
+    assert kept["earlier"] == [first] and {k: v for k, v in kept.items() if k != "earlier"} == second
+    third = rerun.with_earlier_checks(dict(second, finished="2026-12-02"), kept)
+    assert third["earlier"] == [first, second]  # oldest first, none nested in another
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.add("r", {"commit": "3ebacef", "test": {"map": 0.55}})
+    ledger.add("rerun:r", kept)
+    rows = [line for line in rerun_section(ledger) if line.startswith("| r ")]
+    assert len(rows) == 2 and "(record since replaced) | f370a2e |" in rows[0] and "the same weights" in rows[0]
+    assert "| r | 3ebacef |" in rows[1]
+    assert "1 of these checks ran on another kind of CPU than their record" in " ".join(rerun_section(ledger))
+
+
 def test_the_page_says_on_which_kind_of_cpu_the_runs_ran():
     from experiments.report import hardware_sentence
 
