@@ -95,9 +95,24 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
             f"(`python experiments/results.py --profile full --only '{row.id}' --retest`).",
             "",
         ]
+    where = f", on {describe_cpu(record['cpu'])}" if record.get("device") == "cpu" and record.get("cpu") else ""
+    # the ablations' epoch is read off this curve: where they ran on another kind of CPU, what they share is said
+    elsewhere = sorted(
+        {
+            describe_cpu(r.get("cpu"))
+            for r in base_records
+            if r.get("device") == "cpu" and r.get("cpu") != record.get("cpu")
+        }
+    )
+    shared = all(r.get("inputs_sha256") for r in [record, *base_records]) and not other_data
+    if where and elsewhere and shared:
+        where += (
+            f"; the full model's runs above ran on {' and '.join(elsewhere)}, from the same data and word vectors "
+            "(their sha256)"
+        )
     lines += [
         f"It took {record['seconds'] / 3600:.1f} hours ({record['seconds'] / max(1, len(history)) / 60:.0f} "
-        "minutes an epoch). "
+        f"minutes an epoch{where}). "
         + (
             f"F1 first reached {ABLATION_F1} after epoch {math.ceil(reached / steps_per_epoch)} (step {reached})."
             if reached

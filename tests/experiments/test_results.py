@@ -801,6 +801,19 @@ def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ab
     )
     writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
     assert "Other data than the ablations'" not in report.read_text()
+    # the long run on one kind of CPU, the full model on another, from the same inputs: both named, and what they share
+    zen4 = {"processor": "AMD EPYC (family 25, model 17)", "kernels": "AVX512"}
+    zen5 = {"processor": "AMD EPYC (family 26, model 2)", "kernels": "AVX512"}
+    for name, cpu in (("full-squad-dynsan-long-seed0", zen5), ("full-squad-dynsan-seed0", zen4)):
+        ledger.add(name, dict(ledger.records[name], device="cpu", cpu=cpu))
+    writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
+    assert (
+        "(20 minutes an epoch, on AMD EPYC (family 26, model 2), AVX512 kernels; the full model's runs above ran on "
+        "AMD EPYC (family 25, model 17), AVX512 kernels, from the same data and word vectors (their sha256))"
+    ) in report.read_text()
+    ledger.add("full-squad-dynsan-seed0", dict(ledger.records["full-squad-dynsan-seed0"], cpu=zen5))
+    writer.write_report(writer.report_rows(ledger), ledger, str(tmp_path), str(report))
+    assert "(20 minutes an epoch, on AMD EPYC (family 26, model 2), AVX512 kernels)." in report.read_text()
 
 
 def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_improving(tmp_path):
