@@ -96,13 +96,14 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
     # before numpy or scipy load OpenBLAS, which reads its kernels once (in a process that loaded it already, as a
     # test's, the pin is too late: embeddings.json records the kernels that ran)
     inherited = os.environ.get("OPENBLAS_CORETYPE")
-    args.blas_kernels_pinned = pin_openblas_kernels(args.blas_kernels)
-    if inherited and args.blas_kernels_pinned != inherited:
+    pinned = pin_openblas_kernels(args.blas_kernels)
+    if inherited and pinned != inherited:
         print(
-            f"word_vectors: OpenBLAS kernels {args.blas_kernels_pinned} (--blas-kernels {args.blas_kernels}), not "
-            f"the environment's OPENBLAS_CORETYPE={inherited} (--blas-kernels environment keeps it)",
+            f"word_vectors: OpenBLAS kernels {pinned} (--blas-kernels {args.blas_kernels}), not the environment's "
+            f"OPENBLAS_CORETYPE={inherited} (--blas-kernels environment keeps it)",
             file=sys.stderr,
         )
+    args.blas_kernels_in_effect = pinned  # for --dry-run: None where OpenBLAS picks by processor model
     from pipelines.vectors import VectorsConfig
 
     try:
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     except UsageError as error:
         return fail("word_vectors", error)
     if args.dry_run:
-        print(json.dumps(asdict(cfg), indent=2))
+        print(json.dumps(dict(asdict(cfg), blas_kernels=args.blas_kernels_in_effect), indent=2))
         return 0
     from pipelines.vectors import write
 

@@ -83,8 +83,9 @@ def _loaded_openblas(maps: str = "/proc/self/maps") -> list[str]:
     paths: list[str] = []
     try:
         with open(maps) as f:
-            for line in f:
-                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+            for line in f:  # address, permissions, offset, device, inode, then the file mapped, if any
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) == 6 else ""
                 if "openblas" in os.path.basename(path).lower() and path not in paths:
                     paths.append(path)
     except OSError:

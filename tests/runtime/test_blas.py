@@ -115,3 +115,12 @@ def test_word_vectors_are_the_pinned_kernels_bytes_whatever_the_environment_says
         assert "not the environment's OPENBLAS_CORETYPE=Haswell" in said
     digest, kernels, said = _vectors(data, "--blas-kernels", "environment")
     assert set(kernels.values()) == {"Haswell"} and digest == GOLDEN_VECTORS["Haswell"] and not said
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+    dry = subprocess.run(
+        [sys.executable, os.path.join(REPO, "jobs", "word_vectors.py"), "--data", data, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert json.loads(dry.stdout)["blas_kernels"] == pinned  # the resolved configuration names them
