@@ -3,14 +3,14 @@ options, not of the processor model.
 
 gensim's FastText trains through OpenBLAS's level-1 routines (scipy's bundled OpenBLAS: sdot, saxpy), whose kernels
 sum in other orders (AVX-512 against AVX2 widths), so the vectors' last bits, and every run that reads them, follow
-the kernels. OpenBLAS picks them when it loads, by processor model, unless OPENBLAS_CORETYPE names them; and the
-machines of this project's sessions set OPENBLAS_CORETYPE=Haswell in every process's environment, AVX-512 or not.
-Measured 2026-12-01 on an AMD EPYC of family 26 model 2 (Zen 5, AVX-512; OpenBLAS 0.3.30 picks SkylakeX there when
-the variable is unset): with the inherited Haswell the same tokenised TrecQA gave sha256 78427c91... (as Haswell did
-on family 25 model 1, AVX2 only), with SkylakeX 5353fac5..., the bytes the committed records read on family 25
-model 17; WikiQA's and SQuAD's vectors likewise matched theirs. So the kernels are chosen here by what the CPU can
-run, not by its model or the environment: SkylakeX on every x86 CPU with AVX-512 (F, CD, BW, DQ, VL, what those
-kernels use), Haswell on every other with AVX2 and FMA, OpenBLAS's own choice elsewhere (ARM, older x86).
+the kernels. OpenBLAS picks them when it loads, by processor model, unless OPENBLAS_CORETYPE names them; and a
+machine's environment may: the one measured below sets OPENBLAS_CORETYPE=Haswell in every process, though it has
+AVX-512. Measured 2026-12-01 on an AMD EPYC of family 26 model 2 (Zen 5, AVX-512; OpenBLAS 0.3.30 picks SkylakeX
+there when the variable is unset): with the inherited Haswell the same tokenised TrecQA gave sha256 78427c91... (as
+Haswell did on family 25 model 1, AVX2 only), with SkylakeX 5353fac5..., the bytes the committed records read on
+family 25 model 17; WikiQA's and SQuAD's vectors likewise matched theirs. So the kernels are chosen here by what the
+CPU can run, not by its model or the environment: SkylakeX on every x86 CPU with AVX-512 (F, CD, BW, DQ, VL, what
+those kernels use), Haswell on every other with AVX2 and FMA, OpenBLAS's own choice elsewhere (ARM, older x86).
 
 OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads: `pin_openblas_kernels` must run before numpy or scipy
 is imported (jobs/word_vectors.py calls it before importing them); `--blas-kernels environment` keeps an inherited
