@@ -320,14 +320,16 @@ def check_scratch(scratch: str, record: dict) -> None:
 
 
 def prepare_inputs(record: dict, env: dict) -> None:
-    """Run the data steps (experiments/results.py's) for data the record reads and this machine lacks."""
-    missing = [
-        path
-        for argv in record["argv"]
-        for option in ("--data", "--embeddings")
-        for path in option_values(argv, option)
-        if not os.path.exists(os.path.join(REPO, path))
+    """Run the data steps (experiments/results.py's) for data the record reads and this machine lacks: a folder or
+    file its commands name, or a file it read without naming it (`inputs_sha256`: the data folder's word vectors,
+    which `--embeddings auto` reads where they are and does without where they are not, so a re-run without them
+    would train other embeddings and still seem to test the record). Refused where the data steps did not write
+    such a file."""
+    named = [
+        path for argv in record["argv"] for option in ("--data", "--embeddings") for path in option_values(argv, option)
     ]
+    read = list(record.get("inputs_sha256", {}))
+    missing = [path for path in dict.fromkeys(named + read) if not os.path.exists(os.path.join(REPO, path))]
     if not missing:
         return
     row = next((r for r in ROWS if r.id == record.get("row")), None)
@@ -338,6 +340,9 @@ def prepare_inputs(record: dict, env: dict) -> None:
     say(f"{', '.join(missing)}: not here; preparing it with experiments/results.py's data steps")
     with tempfile.TemporaryDirectory() as scratch_ledger:  # the committed ledger's data records stay as they are
         prepare_data(out, env, Ledger(os.path.join(scratch_ledger, "ledger.json")), data_needed([row], "full"), 1)
+    still = [path for path in missing if not os.path.exists(os.path.join(REPO, path))]
+    if still:
+        raise RerunRefused(f"{', '.join(still)}: read by the record, and not written here by the data steps")
 
 
 def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bool = False) -> dict:
