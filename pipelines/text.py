@@ -14,9 +14,12 @@ the old one joined two words across a block that opens mid-line (`x<div>y</div>`
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import TYPE_CHECKING
 
-from selectolax.lexbor import LexborHTMLParser
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser
 
 _BLOCKS = {
     "p",
@@ -60,6 +63,16 @@ def collapse_whitespace(text: str) -> str:
     return "\n".join(filter(None, (" ".join(line.split()) for line in text.split("\n"))))
 
 
+@functools.cache
+def _lexbor() -> type[LexborHTMLParser]:
+    # Loaded with the first body, not with the module: the StackExchangeQA package imports this module, and the
+    # results page reads that package's configuration on machines that parse no HTML and lack selectolax (a GPU
+    # node's image; tests/experiments/test_results.py checks the page is written there).
+    from selectolax.lexbor import LexborHTMLParser
+
+    return LexborHTMLParser
+
+
 def html_to_text(html: str, keep_code: bool = True) -> str:
     """Visible text of an HTML fragment: entities decoded, one line per block, spaces collapsed.
 
@@ -68,7 +81,7 @@ def html_to_text(html: str, keep_code: bool = True) -> str:
     """
     if not html or not html.strip():
         return ""
-    tree = LexborHTMLParser(_BLOCK_TAG.sub(_on_own_line, html))
+    tree = _lexbor()(_BLOCK_TAG.sub(_on_own_line, html))
     root = tree.root
     if root is None:
         return ""
