@@ -104,10 +104,16 @@ def plot_long_run(history: list, steps_per_epoch: int, path: str) -> None:
     plt.close(fig)
 
 
-def plot_transfer_curve(points: list[tuple], paper: tuple[float, float], fit: tuple[float, float] | None, path: str):
+def plot_transfer_curve(
+    points: list[tuple],
+    paper: tuple[float, float],
+    fit: tuple[float, float] | None,
+    path: str,
+    band: tuple | None = None,
+):
     """WikiQA test MAP against pretraining pairs (log scale): ours with 95% intervals, `points` as (pairs, MAP,
     low, high, label); the paper's (pairs, MAP) with BERT-base; `fit` (a, b) of MAP = a + b log10(pairs), drawn
-    through ours and on to the paper's corpus size."""
+    through ours and on to the paper's corpus size, with `band` (pairs, lows, highs), its 95% interval, shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,6 +136,8 @@ def plot_transfer_curve(points: list[tuple], paper: tuple[float, float], fit: tu
     if fit is not None:
         xs = np.logspace(np.log10(min(pairs)), np.log10(paper[0]), 50)
         ax.plot(xs, fit[0] + fit[1] * np.log10(xs), "--", color="gray", linewidth=0.8, label="log-linear fit, extended")
+    if band is not None:
+        ax.fill_between(*band, color="gray", alpha=0.15, linewidth=0, label="the fit's 95% interval")
     ax.set_xscale("log")
     ax.set_xlabel("pretraining pairs (ours: the train split; the paper: its whole corpus)")
     ax.set_ylabel("WikiQA test MAP")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from experiments.cells import (
     interval_cell,
     mixed_starts,
     paper_difference,
+    row_questions,
     row_start,
     run_time,
     wall_sentence,
@@ -52,11 +54,13 @@ from experiments.rows import (
     MISSING,
     OUR_COMPARISONS,
     ROWS,
+    TRANSFER_AIMS,
     TRANSFER_CURVE,
     TRANSFER_MINED,
     scale_needs,
 )
 from experiments.runner import Ledger, commands, cpu_mismatch, describe_cpu, git_commit, plan_of, selected_rows
+from experiments.significance import LineFit, aligned, line_fit
 
 
 def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
@@ -543,7 +547,7 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         "| corpus | sites | negatives | train pairs | seeds | WikiQA test MAP | 95% interval |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
-    points = []
+    points, point_questions = [], []
     for key, sites, row_id in curve:
         row = by_id[row_id]
         built = ledger.records.get(f"data:{key}-build", {})
@@ -562,27 +566,68 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
             f"| {key}{mark} | {sites} | {drawn} | {f'{train:,}' if train else '-'} | {len(records)} | "
             f"{shown_mean} | {interval} |"
         )
-        if mean and train and interval != "-" and key in {c[0] for c in TRANSFER_CURVE}:
+        seeds = row_questions(row, ledger, "map") or []  # the interval's own per-question figures
+        if mean and train and seeds and key in {c[0] for c in TRANSFER_CURVE}:
             low, high = (float(x) for x in interval.strip("[]").split(", "))
             points.append((train, mean[0], low, high, f"{sites} site{'s' if sites > 1 else ''}"))
-    fit = None
+            point_questions.append(seeds)
+    fit, band = None, None
     if len(points) >= 2:
-        x = np.log10([p[0] for p in points])
-        b, a = np.polyfit(x, [p[1] for p in points], 1)
-        fit = (float(a), float(b))
-        projected = a + b * np.log10(paper_pairs)
+        # the points are scored on the same WikiQA test questions: one bootstrap draw of them refits all points
+        questions, matrix = aligned([seed for seeds in point_questions for seed in seeds])
+        bounds = list(itertools.accumulate((len(seeds) for seeds in point_questions), initial=0))
+        line = line_fit(
+            np.log10([p[0] for p in points]), [matrix[start:stop] for start, stop in itertools.pairwise(bounds)]
+        )
+        fit = (line.intercept, line.slope)
+        projected = line.at(float(np.log10(paper_pairs)))
+        xs = np.logspace(np.log10(min(p[0] for p in points)), np.log10(paper_pairs), 50)
+        band = (xs, *zip(*((i.low, i.high) for i in map(line.at, np.log10(xs))), strict=True))
         lines += [
             "",
-            f"A log-linear fit through our {len(points)} points (MAP = {a:.3f} + {b:.3f} log10 pairs) gives "
-            f"{projected:.3f} at the paper's {paper_pairs:,} pairs, an extrapolation "
-            f"{paper_pairs / max(p[0] for p in points):,.0f} times past our largest corpus with MiniLM-L6 in "
-            "BERT-base's place: a direction, not a forecast.",
+            f"A log-linear fit through our {len(points)} points (MAP = {line.intercept:.3f} + {line.slope:.3f} "
+            f"log10 pairs; the slope's 95% interval [{line.slope_low:+.3f}, {line.slope_high:+.3f}] a tenfold, from "
+            f"a bootstrap over the {len(questions)} test questions that refits every point on each draw) gives "
+            f"{projected.mean:.3f} [{projected.low:.3f}, {projected.high:.3f}] at the paper's {paper_pairs:,} "
+            f"pairs, an extrapolation {paper_pairs / max(p[0] for p in points):,.0f} times past our largest corpus "
+            "with MiniLM-L6 in BERT-base's place: a direction, not a forecast.",
         ]
+        lines += aims_lines(by_id, ledger, line, max(p[0] for p in points))
     if points:
         os.makedirs(figures_dir, exist_ok=True)
-        plot_transfer_curve(points, (paper_pairs, 0.857), fit, os.path.join(figures_dir, "transfer_curve.png"))
+        plot_transfer_curve(points, (paper_pairs, 0.857), fit, os.path.join(figures_dir, "transfer_curve.png"), band)
         lines += ["", "![WikiQA test MAP against pretraining pairs](results/transfer_curve.png)"]
     return lines + [""]
+
+
+def aims_lines(by_id: dict[str, Row], ledger: Ledger, line: LineFit, largest_pairs: int) -> list[str]:
+    """Each eleven-site transfer row against what it was set to reach: its figure and interval, how far short, and
+    for the curve's own row (MiniLM) the pairs at which the fit would reach the aim, where the slope allows."""
+    lines = []
+    for row_id, aim in TRANSFER_AIMS.items():
+        row = by_id.get(row_id)
+        if row is None:
+            continue
+        mean = row_figures(row, ledger).get("map")
+        if not mean:
+            lines.append(f"- {row.label}: set to reach {aim:.2f}; not run yet.")
+            continue
+        text = f"- {row.label}: set to reach {aim:.2f}; {mean[0]:.3f} {interval_cell(row, ledger, 'map')}, "
+        if mean[0] >= aim:
+            lines.append(text + "reached.")
+            continue
+        text += f"{aim - mean[0]:.3f} short"
+        if row_id == TRANSFER_CURVE[-1][2]:
+            if line.slope > 0:
+                pairs = 10 ** ((aim - line.intercept) / line.slope)
+                text += (
+                    f"; the fit reaches {aim:.2f} at about {pairs:,.0f} pairs ({pairs / largest_pairs:,.0f} times "
+                    "our largest corpus)"
+                )
+            if line.slope_low <= 0:
+                text += "; the slope's 95% interval holds zero, so where (or whether) the fit reaches it is not shown"
+        lines.append(text + ".")
+    return ["", *lines] if lines else []
 
 
 def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:

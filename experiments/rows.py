@@ -643,7 +643,15 @@ COMPARISONS = [
         "map",
     ),
     ("GSAMN against two Transformer layers on top", "wikiqa/minilm-gsamn", "wikiqa/minilm-transformers", "map"),
-    ("transfer from StackExchangeQA, for GSAMN", "wikiqa/minilm-gsamn-transfer", "wikiqa/minilm-gsamn", "map"),
+    # the paper's transfer is from all of Stack Exchange: the beer build is the hour's (CPU) test of it, the
+    # eleven-site build the closest this store holds (a GPU's rows)
+    ("transfer from StackExchangeQA (beer), for GSAMN", "wikiqa/minilm-gsamn-transfer", "wikiqa/minilm-gsamn", "map"),
+    (
+        "transfer from StackExchangeQA (11 sites), for GSAMN",
+        "wikiqa/minilm-gsamn-transfer-11-sites",
+        "wikiqa/minilm-gsamn",
+        "map",
+    ),
     ("iGGSA's interaction against GGSA", "wikiqa/iggsa", "wikiqa/ggsa", "map"),
     ("IARNN: context attention against word attention (WikiQA)", "wikiqa/iarnn-context", "wikiqa/iarnn-word", "map"),
     ("IARNN: Occam's razor on context attention (WikiQA)", "wikiqa/iarnn-occam-context", "wikiqa/iarnn-context", "map"),
@@ -668,6 +676,9 @@ TRANSFER_CURVE = [
     ("seqa11", 11, "wikiqa/minilm-gsamn-transfer-11-sites"),
 ]
 TRANSFER_MINED = ("seqa11-mined", 11, "wikiqa/minilm-gsamn-transfer-11-sites-mined")
+# What the eleven-site transfer rows were set to reach (the paper: 0.857 with BERT-base and all of Stack Exchange):
+# the page says by how much a row falls short, and where the curve's fit would reach its aim.
+TRANSFER_AIMS = {"wikiqa/minilm-gsamn-transfer-11-sites": 0.81, "wikiqa/mpnet-gsamn-transfer-11-sites": 0.84}
 
 # Questions of ours that no paper answers, tested the same way; their paper column says so.
 OUR_COMPARISONS = [

@@ -119,6 +119,56 @@ def paired_comparison(a, b, confidence: float = CONFIDENCE, resamples: int = RES
     return Comparison(float(d.mean()), low, high, permutation_p(d, resamples, seed), len(d))
 
 
+@dataclass(frozen=True)
+class LineFit:
+    """The least-squares line y = intercept + slope x through points whose y are means over the same test
+    questions, and its bootstrap: the intercept and slope refitted on each resample of the questions."""
+
+    intercept: float
+    slope: float
+    slope_low: float
+    slope_high: float
+    questions: int
+    resampled: np.ndarray  # (resamples, 2): each resample's intercept and slope
+    confidence: float = CONFIDENCE
+
+    def at(self, x: float) -> Interval:
+        """The line's value at `x` and its percentile interval over the resampled lines."""
+        low, high = _percentiles(self.resampled[:, 0] + self.resampled[:, 1] * x, self.confidence)
+        return Interval(self.intercept + self.slope * x, low, high, self.questions)
+
+
+def line_fit(x, scores, confidence: float = CONFIDENCE, resamples: int = RESAMPLES, seed: int = 0) -> LineFit:
+    """The line through (x[i], the mean of scores[i]) by least squares, each scores[i] a (seeds, questions) matrix
+    over the same questions in the same order (seeds pooled per question, the seed counts may differ), with the
+    percentile interval of its slope from a bootstrap over the questions. Each resample draws one set of questions
+    for every point: the points are scored on the same test questions, so their errors move together, and a slope
+    read from them is paired as a claim's difference is."""
+    xs = np.asarray(x, dtype=np.float64)
+    values = [_per_question(s) for s in scores]
+    if xs.ndim != 1 or len(xs) != len(values) or len(set(xs.tolist())) < 2:
+        raise ValueError(f"a line needs one x per point and two distinct x, got {xs.tolist()} for {len(values)} points")
+    if len({len(v) for v in values}) != 1:
+        raise ValueError(f"every point must be scored on the same questions, got {[len(v) for v in values]}")
+    matrix = np.stack(values)  # (points, questions)
+    centred = xs - xs.mean()
+
+    def fit(means: np.ndarray) -> np.ndarray:  # (..., points) -> (..., 2): intercept, slope
+        slope = (means - means.mean(axis=-1, keepdims=True)) @ centred / (centred @ centred)
+        return np.stack([means.mean(axis=-1) - slope * xs.mean(), slope], axis=-1)
+
+    intercept, slope = fit(matrix.mean(axis=1))
+    rng = np.random.default_rng(seed)
+    n = matrix.shape[1]
+    resampled = np.empty((resamples, 2))
+    for start in range(0, resamples, 1000):  # bounded memory, as _bootstrap_means
+        stop = min(resamples, start + 1000)
+        draws = rng.integers(0, n, size=(stop - start, n))
+        resampled[start:stop] = fit(matrix[:, draws].mean(axis=2).T)  # (points, k, n) -> (k, points)
+    low, high = _percentiles(resampled[:, 1], confidence)
+    return LineFit(float(intercept), float(slope), low, high, n, resampled, confidence)
+
+
 def verdict(comparison: Comparison, paper_difference: float | None) -> str:
     """The claim's word from the interval of our difference: "holds" when it excludes zero on the paper's side,
     "reversed" only when it excludes zero on the other side, "not shown" when it holds zero. Without a paper

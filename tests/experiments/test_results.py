@@ -258,10 +258,17 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
         pattern = row.extra.split("--only '")[1].split("'")[0]
         assert row.id in ids(runner.selected_rows([pattern])), row.id
     # every claim is checked within the hour but DynSAN's ablations, which the hour's 32 steps leave under F1 10
-    # ("no evidence"): their command runs both sides of each
+    # ("no evidence"): their command runs both sides of each; and a GPU's rows (the eleven-site transfer), whose
+    # command runs them beside the full profile's plan, which holds the other side
     for what, with_it, without, _ in table.COMPARISONS:
         sides = [next(r for r in table.ROWS if r.id == side) for side in (with_it, without)]
-        if any(side.extra for side in sides):
+        gpu_rows = [side for side in sides if side.full_extra]
+        if gpu_rows:
+            pattern = gpu_rows[0].full_extra.split("--only '")[1].split("'")[0]
+            on_gpu = ids(runner.selected_rows([pattern], profile="full"))
+            assert {side.id for side in gpu_rows} <= on_gpu, what
+            assert {with_it, without} - on_gpu <= ids(runner.selected_rows([], profile="full")), what
+        elif any(side.extra for side in sides):
             assert all(side.section == "squad" for side in sides), what
             pattern = next(side.extra for side in sides if side.extra).split("--only '")[1].split("'")[0]
             assert {with_it, without} <= ids(runner.selected_rows([pattern])), what
@@ -1183,17 +1190,16 @@ def test_the_reports_own_outputs_do_not_make_the_code_dirty(tmp_path, monkeypatc
     assert runner.git_commit() == clean + "-dirty"
 
 
-def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_at_the_papers_size(tmp_path):
-    """The transfer section reads the pairs of each corpus from its build's data record and each row's MAP with
-    its interval from per-question figures; a log-linear fit through the points is extended to the paper's 10.5M
-    pairs, in words and in the figure."""
+def _transfer_curve_ledger(path, levels, seed=1):
+    """A ledger holding the curve's three builds (4k, 30k, 94k train pairs) and three fine-tuning seeds a point,
+    each with per-question AP around the point's level on the same 80 questions."""
     import numpy as np
 
     by_id = {r.id: r for r in table.ROWS}
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
-    rng = np.random.default_rng(1)
+    ledger = runner.Ledger(str(path))
+    rng = np.random.default_rng(seed)
     questions = [f"Q{i}" for i in range(80)]
-    for (key, _, row_id), pairs, level in zip(table.TRANSFER_CURVE, (4_000, 30_000, 94_000), (0.70, 0.74, 0.78)):
+    for (key, _, row_id), pairs, level in zip(table.TRANSFER_CURVE, (4_000, 30_000, 94_000), levels):
         ledger.add(
             f"data:{key}-build",
             {
@@ -1206,14 +1212,43 @@ def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_
             values = {q: float(np.clip(level + rng.normal(0, 0.05), 0, 1)) for q in questions}
             record = _record(row_id, seed, {"map": float(np.mean(list(values.values())))}, profile="full")
             ledger.add(runner.run_name(by_id[row_id], seed, "full"), _with_questions(record, values))
+    return by_id, ledger
+
+
+def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_at_the_papers_size(tmp_path):
+    """The transfer section reads the pairs of each corpus from its build's data record and each row's MAP with
+    its interval from per-question figures; a log-linear fit through the points is extended to the paper's 10.5M
+    pairs, in words (with the slope's interval and the projection's, from a bootstrap over the questions) and in
+    the figure; each eleven-site row is set beside its aim."""
+    import numpy as np
+
+    by_id, ledger = _transfer_curve_ledger(tmp_path / "runs.json", (0.70, 0.74, 0.78))
     lines = writer.transfer_section(list(by_id.values()), ledger, set(), str(tmp_path / "figures"))
     text = "\n".join(lines)
     assert "| seqa4 | 4 | random | 30,000 | 3 | 0.74" in text
     assert "| seqa11-mined | 11 | mined | - | 0 | not run | - |" in text
-    fit = re.search(r"gives (0\.\d+) at the paper's 10,503,464 pairs", text)
+    fit = re.search(r"gives (0\.\d+) \[(0\.\d+), (0\.\d+)\] at the paper's 10,503,464 pairs", text)
     slope = (0.78 - 0.70) / np.log10(94_000 / 4_000)
     assert fit and abs(float(fit.group(1)) - (0.78 + slope * np.log10(10_503_464 / 94_000))) < 0.02
+    assert float(fit.group(2)) < float(fit.group(1)) < float(fit.group(3))
+    interval = re.search(r"the slope's 95% interval \[([+-]\d\.\d+), ([+-]\d\.\d+)\] a tenfold", text)
+    assert interval and 0 < float(interval.group(1)) < slope < float(interval.group(2))
+    aim = re.search(
+        r"- MiniLM \+ GSAMN \+ transfer from StackExchangeQA \(11 sites\): set to reach 0\.81; "
+        r"0\.7\d\d \[0\.\d+, 0\.\d+\], 0\.0\d\d short; the fit reaches 0\.81 at about ([\d,]+) pairs",
+        text,
+    )
+    reached_at = 94_000 * 10 ** ((0.81 - 0.78) / slope)
+    assert aim and 0.5 < int(aim.group(1).replace(",", "")) / reached_at < 2
+    assert "- MPNet-base + GSAMN + transfer from StackExchangeQA (11 sites): set to reach 0.84; not run yet." in text
+    assert "not shown" not in text
     assert os.path.exists(tmp_path / "figures" / "transfer_curve.png")
+    # no growth across the points: the slope's interval holds zero, and the page says the aim's reach is not shown
+    by_id, flat = _transfer_curve_ledger(tmp_path / "flat.json", (0.75, 0.75, 0.75))
+    text = "\n".join(writer.transfer_section(list(by_id.values()), flat, set(), str(tmp_path / "figures")))
+    interval = re.search(r"the slope's 95% interval \[([+-]\d\.\d+), ([+-]\d\.\d+)\]", text)
+    assert interval and float(interval.group(1)) < 0 < float(interval.group(2))
+    assert "the slope's 95% interval holds zero, so where (or whether) the fit reaches it is not shown." in text
 
 
 def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_options(tmp_path):

@@ -9,6 +9,7 @@ from experiments.significance import (
     Comparison,
     aligned,
     bootstrap_interval,
+    line_fit,
     paired_comparison,
     permutation_p,
     verdict,
@@ -115,3 +116,34 @@ def test_aligned_keeps_the_questions_every_seed_scored():
     questions, matrix = aligned([{"q2": 0.5, "q1": 1.0, "q3": 0.0}, {"q1": 0.25, "q2": 0.75}])
     assert questions == ["q1", "q2"]
     assert matrix.tolist() == [[1.0, 0.5], [0.25, 0.75]]
+
+
+def test_a_line_through_points_on_the_same_questions_worked_by_hand():
+    # B is A plus 0.1 on every question: each resample draws the same questions for both, so every refitted slope
+    # is 0.1, and the line's value at each x is that point's own bootstrap interval, draw for draw
+    rng = np.random.default_rng(3)
+    a = rng.random((3, 40))
+    fit = line_fit([0.0, 1.0], [a, a + 0.1], resamples=3000, seed=7)
+    assert fit.slope == pytest.approx(0.1) and (fit.slope_low, fit.slope_high) == pytest.approx((0.1, 0.1))
+    assert fit.intercept == pytest.approx(a.mean()) and fit.questions == 40
+    for x, point in ((0.0, a), (1.0, a + 0.1)):
+        ours, alone = fit.at(x), bootstrap_interval(point, resamples=3000, seed=7)
+        assert (ours.mean, ours.low, ours.high) == pytest.approx((alone.mean, alone.low, alone.high))
+
+
+def test_a_line_fit_is_numpys_least_squares_on_every_resample():
+    rng = np.random.default_rng(4)
+    x = np.log10([14_061, 50_281, 93_792])
+    points = [rng.random((3, 60)), rng.random((2, 60)), rng.random((3, 60))]  # seed counts may differ
+    fit = line_fit(x, points, resamples=5, seed=9)
+    slope, intercept = np.polyfit(x, [p.mean() for p in points], 1)
+    assert (fit.slope, fit.intercept) == pytest.approx((slope, intercept))
+    draws = np.random.default_rng(9).integers(0, 60, size=(5, 60))
+    for drawn, (a, b) in zip(draws, fit.resampled, strict=True):
+        expected = np.polyfit(x, [p.mean(axis=0)[drawn].mean() for p in points], 1)
+        assert (b, a) == pytest.approx(tuple(expected))
+    assert fit.at(7.0).mean == pytest.approx(intercept + slope * 7.0)
+    with pytest.raises(ValueError, match="two distinct x"):
+        line_fit([1.0, 1.0], points[:2])
+    with pytest.raises(ValueError, match="same questions"):
+        line_fit([0.0, 1.0], [np.zeros(5), np.zeros(6)])
