@@ -8,7 +8,8 @@
 #   LIMIT=560 LANES=3 bash infra/offline_gpu/call2.sh 'wikiqa/minilm-gsamn-transfer-11-sites' 'wikiqa/minilm-*'
 #
 # Each argument is one results.py --only pattern run as its own stage (comma-separate several patterns of a stage);
-# a stage starts only with 230 s left, and every stage stops at LIMIT seconds after the call began.
+# a stage starts only with 230 s left, and every stage stops at LIMIT seconds after the call began. RETEST=1 adds
+# --retest: the stages' GPU records made before records kept what they read are run again too.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
 start=$(date +%s); limit=${LIMIT:-560}
@@ -24,7 +25,7 @@ for stage in "$@"; do
   n=$((n + 1))
   [ "$(left)" -gt 230 ] || { echo "stage $n ($stage): not started, $(left) s left"; continue; }
   only=(); IFS=, read -ra patterns <<< "$stage"; for p in "${patterns[@]}"; do only+=(--only "$p"); done
-  timeout "$(left)" python3 experiments/results.py --profile full "${only[@]}" --use-gpu --lanes "${LANES:-3}" \
+  timeout "$(left)" python3 experiments/results.py --profile full "${only[@]}" --use-gpu --lanes "${LANES:-3}" ${RETEST:+--retest} \
     --skip-efficiency --report /tmp/report/results.md > "/tmp/stage$n.log" 2>&1
   echo "stage $n ($stage): exit $? after $(( $(date +%s) - start )) s"; grep '^\[results\]' "/tmp/stage$n.log" | tail -12
 done

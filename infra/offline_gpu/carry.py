@@ -21,11 +21,11 @@ rounded copy.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import lzma
 import os
-import pickle
 import struct
 import sys
 
@@ -63,7 +63,7 @@ def pack_corpus(folder: str, out: str) -> None:
             rel = os.path.relpath(os.path.join(root, name), folder)
             if not name.endswith((".parquet", ".npy")):  # word vectors stay behind: encoder rows never read them
                 with open(os.path.join(folder, rel), "rb") as f:
-                    packed["other"][rel] = f.read()
+                    packed["other"][rel] = base64.b64encode(f.read()).decode()
     for rel in parquet_files(folder):
         parquet = pq.ParquetFile(os.path.join(folder, rel))
         table = parquet.read()
@@ -73,35 +73,35 @@ def pack_corpus(folder: str, out: str) -> None:
             values = table.column(name).to_pylist()
             if name in PACKED_TEXT_COLUMNS:
                 distinct: dict[str, int] = {}
-                index = np.array([distinct.setdefault(json.dumps(v), len(distinct)) for v in values], np.int32)
-                columns[name] = ("distinct", [json.loads(k) for k in distinct], index)
+                index = [distinct.setdefault(json.dumps(v), len(distinct)) for v in values]
+                columns[name] = {"distinct": [json.loads(k) for k in distinct], "index": index}
             else:
-                columns[name] = ("plain", values)
+                columns[name] = {"plain": values}
         packed["files"][rel] = {
-            "schema": table.schema.serialize().to_pybytes(),
+            "schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
             "groups": groups,
             "columns": columns,
             "hash": table_hash(table),
             "compression": parquet.metadata.row_group(0).column(0).compression if groups else "ZSTD",
         }
-    with lzma.open(out, "wb", preset=6) as f:
-        pickle.dump(packed, f, protocol=5)
+    with lzma.open(out, "wt", preset=6, encoding="utf-8") as f:  # JSON: unpacking a file never runs code from it
+        json.dump(packed, f, separators=(",", ":"))
     print(f"{out}: {os.path.getsize(out):,} bytes for {len(packed['files'])} shards of {folder}")
 
 
 def unpack_corpus(path: str, folder: str) -> None:
-    with lzma.open(path, "rb") as f:
-        packed = pickle.load(f)  # a file this script packed on the user's own machine
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        packed = json.load(f)
     for rel, data in packed["other"].items():
         os.makedirs(os.path.dirname(os.path.join(folder, rel)) or folder, exist_ok=True)
         with open(os.path.join(folder, rel), "wb") as f:
-            f.write(data)
+            f.write(base64.b64decode(data))
     written = {}
     for rel, spec in packed["files"].items():
-        schema = pa.ipc.read_schema(pa.py_buffer(spec["schema"]))
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(spec["schema"])))
         values = {}
         for name, column in spec["columns"].items():
-            values[name] = [column[1][i] for i in column[2]] if column[0] == "distinct" else column[1]
+            values[name] = [column["distinct"][i] for i in column["index"]] if "distinct" in column else column["plain"]
         table = pa.Table.from_pydict(values, schema=schema)
         target = os.path.join(folder, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)

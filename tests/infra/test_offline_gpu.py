@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import lzma
 import os
 
 import numpy as np
@@ -25,6 +26,8 @@ def test_a_packed_corpus_unpacks_to_the_same_rows_and_row_groups_and_passes_the_
     source = make_tokenised(tmp_path / "source", questions=8, candidates=5)
     packed = str(tmp_path / "corpus.xz")
     carry.pack_corpus(source, packed)
+    with lzma.open(packed, "rt", encoding="utf-8") as f:  # plain JSON: unpacking it never runs code from it
+        assert set(json.load(f)["files"]) == set(carry.parquet_files(source))
     target = str(tmp_path / "target")
     carry.unpack_corpus(packed, target)
     assert carry.parquet_files(target) == carry.parquet_files(source)
