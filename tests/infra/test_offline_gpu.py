@@ -8,6 +8,7 @@ import importlib.util
 import json
 import lzma
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -91,3 +92,57 @@ def test_weights_come_back_to_the_byte_and_a_wrong_checksum_is_refused(tmp_path)
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == source.read_bytes()
     with pytest.raises(SystemExit, match="sha256"):
         carry.unpack_weights(str(tmp_path / "x"), "0" * 64, [str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_uploads_hold_everything_once_within_the_limit_and_the_blobs_join_back(tmp_path, monkeypatch):
+    """distribute: the fixed files in the first and last uploads, each corpus whole with its build's stats, each
+    blob cut into parts filling the room left, middle uploads made as needed, none over the limit; stashing every
+    upload in order and joining gives each blob back to the byte, and a missing or changed part is refused."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(2)
+
+    def made(name: str, size: int) -> str:
+        (tmp_path / "stage").mkdir(exist_ok=True)
+        path = tmp_path / "stage" / name
+        path.write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        return str(path)
+
+    first = [made("ray.tar.xz", 1300), made("minilm.sha256", 64)]
+    last = [made("git.tar.xz", 200)]
+    corpora = []
+    for key, questions in (("seqa11", 12), ("seqa", 4)):
+        corpora.append(str(tmp_path / "stage" / f"{key}.corpus.xz"))
+        carry.pack_corpus(make_tokenised(tmp_path / key, questions=questions), corpora[-1])
+    stats = tmp_path / "stage" / "seqa11-build.stats.json"
+    stats.write_text('{"splits": {"train": {"rows": 20}}}')
+    blob_paths = [made("minilm.xz", 7000), made("mpnet-wheels.tar", 11000)]
+    blobs = {os.path.basename(p): Path(p).read_bytes() for p in blob_paths}
+    order = carry.distribute(limit=6100, tree=100, first=first, last=last, corpora=corpora, blobs=blob_paths)
+    assert order[0] == ".carry1" and order[-1] == ".carry2" and len(order) > 3
+    assert order[1:-1] == [f".carry-mid{i}" for i in range(1, len(order) - 1)]
+    held = {name: sorted(os.listdir(name)) for name in order}
+    assert all(sum(os.path.getsize(os.path.join(n, f)) for f in files) <= 6000 for n, files in held.items())
+    assert {"ray.tar.xz", "minilm.sha256", "blobs.json"} <= set(held[".carry1"]) and "git.tar.xz" in held[".carry2"]
+    everything = [f for files in held.values() for f in files]
+    assert everything.count("seqa11.corpus.xz") == everything.count("seqa.corpus.xz") == 1
+    assert [n for n, files in held.items() if "seqa11.corpus.xz" in files] == [
+        n for n, files in held.items() if "seqa11-build.stats.json" in files
+    ]  # a corpus travels with its build's stats
+    assert not os.listdir(tmp_path / "stage")  # moved, not copied
+    carried, data = tmp_path / "carried", tmp_path / "data"
+    assert sorted(key for name in order for key in carry.stash(name, str(carried), str(data))) == ["seqa", "seqa11"]
+    assert json.loads((data / "seqa11-build" / "stats.json").read_text())["splits"]["train"]["rows"] == 20
+    shard_paths(str(data / "seqa11"), "train", verify="sha256")
+    assert (carried / "minilm.sha256").exists() and not (carried / "ray.tar.xz").exists()
+    for name, content in blobs.items():
+        carry.join(str(carried), name, str(tmp_path / f"joined-{name}"))
+        assert (tmp_path / f"joined-{name}").read_bytes() == content
+    (carried / "mpnet-wheels.tar.part01").write_bytes(b"changed")
+    with pytest.raises(SystemExit, match="sha256"):
+        carry.join(str(carried), "mpnet-wheels.tar", str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()
+    (carried / "mpnet-wheels.tar.part01").unlink()
+    with pytest.raises(SystemExit, match=r"mpnet-wheels\.tar\.part01 not stashed"):
+        carry.join(str(carried), "mpnet-wheels.tar", str(tmp_path / "x"))
+    with pytest.raises(SystemExit, match="before any blob"):
+        carry.distribute(6100, 100, first=[made("big", 5000)], last=[made("git", 1001)], corpora=[], blobs=[])
