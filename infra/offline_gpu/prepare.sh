@@ -71,12 +71,13 @@ uploads=$("$PY" infra/offline_gpu/carry.py distribute "$LIMIT" "$TREE" --first "
   --last "$STAGE/git.tar.xz" --corpus ${2:+"${corpora[@]}"} --blob ${blobs[0]:+"${blobs[@]}"})
 n=0; count=$(echo "$uploads" | wc -l)
 for folder in $uploads; do
-  n=$((n + 1)); total=$(( TREE + $(du -cb "$folder" | tail -1 | cut -f1) ))
+  n=$((n + 1)); total=$(( TREE + $(find "$folder" -type f -printf '%s\n' | awk '{s += $1} END {print s}') ))
+  [ $total -le "$LIMIT" ] || { echo "prepare.sh: $folder holds $total bytes with the tree, over $LIMIT" >&2; exit 1; }
   case $n in
     1) run="bash infra/offline_gpu/call1.sh" ;;
     "$count") run="LIMIT=560 LANES=9 bash infra/offline_gpu/call2.sh 'PATTERN,...' ..." ;;
     *) run="python3 infra/offline_gpu/carry.py stash $folder /tmp/carry out/results/data" ;;
   esac
-  carried=$(cd "$folder" && ls *.corpus.xz 2>/dev/null | sed 's/.corpus.xz//' | tr '\n' ' ')
+  carried=$(cd "$folder" && find . -name '*.corpus.xz' -printf '%f\n' | sort | sed 's/.corpus.xz//' | tr '\n' ' ')
   echo "call $n carries $folder ($total bytes of $LIMIT; corpora: ${carried:-none}): $run"
 done
