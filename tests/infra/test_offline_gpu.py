@@ -1,5 +1,6 @@
 """infra/offline_gpu/carry.py: a tokenised corpus packed and unpacked reads as the same rows through the project's
-own shard reader (manifest checks included), and weights come back to the byte."""
+own shard reader (manifest checks included), weights come back to the byte, and uploads of any number carry
+everything once within their limit."""
 
 from __future__ import annotations
 
