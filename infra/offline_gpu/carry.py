@@ -202,7 +202,8 @@ def distribute(
 ) -> list[str]:
     """The upload folders, in the order they are carried: `first` in .carry1 and `last` in .carry2 (each file
     whole), each of `corpora` (a corpus with its build's stats beside it: `KEY.corpus.xz`, `KEY-build.stats.json`)
-    in the first upload from the last where it fits whole, and each of `blobs` cut into parts (`NAME.part00`, ...)
+    whole in .carry2 where it fits (nothing to unpack ahead), else in a middle upload, else in .carry1, else in a new
+    middle upload, and each of `blobs` cut into parts (`NAME.part00`, ...)
     filling the room left in .carry1, then .carry2, then middle uploads made for them; every upload holds at most
     `limit - tree` bytes. Files are moved, not copied. Refused where the fixed files alone do not fit."""
     room = limit - tree
