@@ -56,14 +56,20 @@ def _per_question(scores) -> np.ndarray:
     return matrix.mean(axis=0)
 
 
+def _question_draws(n: int, resamples: int, seed: int):
+    """`resamples` draws of n question indices with replacement, seeded, as (start, stop, draws) with draws of shape
+    (stop - start, n): bounded memory, 1,000 resamples at a time."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, resamples, 1000):
+        stop = min(resamples, start + 1000)
+        yield start, stop, rng.integers(0, n, size=(stop - start, n))
+
+
 def _bootstrap_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
     """The mean of `values` over `resamples` draws of as many questions, with replacement."""
-    rng = np.random.default_rng(seed)
-    n = len(values)
     means = np.empty(resamples)
-    for start in range(0, resamples, 1000):  # bounded memory: 1,000 resamples of n questions at a time
-        stop = min(resamples, start + 1000)
-        means[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    for start, stop, draws in _question_draws(len(values), resamples, seed):
+        means[start:stop] = values[draws].mean(axis=1)
     return means
 
 
@@ -158,15 +164,11 @@ def line_fit(x, scores, confidence: float = CONFIDENCE, resamples: int = RESAMPL
         return np.stack([means.mean(axis=-1) - slope * xs.mean(), slope], axis=-1)
 
     intercept, slope = fit(matrix.mean(axis=1))
-    rng = np.random.default_rng(seed)
-    n = matrix.shape[1]
     resampled = np.empty((resamples, 2))
-    for start in range(0, resamples, 1000):  # bounded memory, as _bootstrap_means
-        stop = min(resamples, start + 1000)
-        draws = rng.integers(0, n, size=(stop - start, n))
+    for start, stop, draws in _question_draws(matrix.shape[1], resamples, seed):
         resampled[start:stop] = fit(matrix[:, draws].mean(axis=2).T)  # (points, k, n) -> (k, points)
     low, high = _percentiles(resampled[:, 1], confidence)
-    return LineFit(float(intercept), float(slope), low, high, n, resampled, confidence)
+    return LineFit(float(intercept), float(slope), low, high, matrix.shape[1], resampled, confidence)
 
 
 def verdict(comparison: Comparison, paper_difference: float | None) -> str:
