@@ -40,6 +40,7 @@ import json
 import lzma
 import os
 import re
+import shutil
 import struct
 import sys
 
@@ -271,8 +272,7 @@ def stash(upload: str, carry: str, data: str) -> list[str]:
     os.makedirs(carry, exist_ok=True)
     for name in sorted(os.listdir(upload)):
         if re.search(r"\.part\d+$", name) or name == BLOBS or name.endswith(".sha256"):
-            with open(os.path.join(upload, name), "rb") as f, open(os.path.join(carry, name), "wb") as out:
-                out.write(f.read())
+            shutil.copyfile(os.path.join(upload, name), os.path.join(carry, name))
     return unpack_all(upload, data)
 
 
@@ -288,7 +288,7 @@ def join(carry: str, name: str, out: str) -> None:
     with open(out, "wb") as whole:
         for part in parts:
             with open(part, "rb") as f:
-                whole.write(f.read())
+                shutil.copyfileobj(f, whole, 16 << 20)
     if sha256_file(out) != blob["sha256"]:
         os.remove(out)
         raise SystemExit(f"{name}: its parts joined do not have the sha256 {blob['sha256']}")
