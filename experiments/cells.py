@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
-from experiments.runner import Ledger, source_run, started_elsewhere
+from experiments.runner import Ledger, carried_copies, data_identity, source_run, started_elsewhere
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
 from experiments.significance import verdict as significance_verdict
 
@@ -91,14 +91,16 @@ MIXED_START_MARK = " (mixed starting checkpoints)"
 INPUTS_MARK = " (runs read other data)"
 
 
-def inputs_differ(records: Iterable[dict]) -> str | None:
+def inputs_differ(records: Iterable[dict], ledger: Ledger | None = None) -> str | None:
     """Why runs meant to read the same data may not have, from their records' `inputs_sha256` (the data manifest
-    and word vectors each read, by content): a file that two of them read with other contents, or runs that
-    recorded what they read beside runs that did not (made before records kept it, such as a row re-run in
-    part). None where the files they share agree, or where no run recorded its inputs (nothing to set against
+    and word vectors each read, by content; a carried copy's manifest by the one it was carried from, with the
+    `ledger`'s records naming copies: `runner.data_identity`): a file that two of them read with other contents, or
+    runs that recorded what they read beside runs that did not (made before records kept it, such as a row re-run
+    in part). None where the files they share agree, or where no run recorded its inputs (nothing to set against
     each other). Files only some runs read (another set of vectors, by design) are not compared."""
     records = list(records)
-    recorded = [r["inputs_sha256"] for r in records if r.get("inputs_sha256")]
+    carried = carried_copies(ledger.records.values()) if ledger is not None else None
+    recorded = [data_identity(r, carried) for r in records if r.get("inputs_sha256")]
     if not recorded:
         return None
     contents: dict[str, set[str]] = {}
@@ -147,7 +149,7 @@ def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] 
         (DIRTY_MARK if dirty else "")
         + (EARLIER_PLAN_MARK if stale else "")
         + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
-        + (INPUTS_MARK if inputs_differ(shown_runs) else "")
+        + (INPUTS_MARK if inputs_differ(shown_runs, ledger) else "")
     )
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
@@ -258,7 +260,7 @@ def claim_cells(
     means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
     if not same_budget:
         return means, "budgets differ: not compared"
-    other_data = inputs_differ(row_records(with_row, ledger) + row_records(without_row, ledger))
+    other_data = inputs_differ(row_records(with_row, ledger) + row_records(without_row, ledger), ledger)
     if other_data:
         return means, f"inputs differ: not compared ({other_data})"
     if reading and min(a[0], b[0]) < 10:  # see the DynSAN section

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Mapping
 
 from experiments.cells import (
     EARLIER_PLAN_MARK,
@@ -59,7 +60,17 @@ from experiments.rows import (
     TRANSFER_MINED,
     scale_needs,
 )
-from experiments.runner import Ledger, commands, cpu_mismatch, describe_cpu, git_commit, plan_of, selected_rows
+from experiments.runner import (
+    Ledger,
+    carried_copies,
+    commands,
+    cpu_mismatch,
+    data_identity,
+    describe_cpu,
+    git_commit,
+    plan_of,
+    selected_rows,
+)
 from experiments.significance import LineFit, aligned, line_fit
 
 
@@ -91,7 +102,7 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
         ]
     base = next(r for r in ROWS if r.id == "squad/dynsan")  # the row the ablations are trained at this curve's epoch
     base_records = row_records(base, ledger)
-    other_data = inputs_differ([record, *base_records]) if base_records else None
+    other_data = inputs_differ([record, *base_records], ledger) if base_records else None
     if other_data:
         lines += [
             f"**Other data than the ablations':** this run and the full model's runs above do not share their "
@@ -224,7 +235,9 @@ def evidence_lines(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
                 f"--only '{r.id}'` re-runs it)."
             )
             continue
-        other_data = inputs_differ([ledger.records[run_name(r, 0, "full")], ledger.records[run_name(base, 0, "full")]])
+        other_data = inputs_differ(
+            [ledger.records[run_name(r, 0, "full")], ledger.records[run_name(base, 0, "full")]], ledger
+        )
         if other_data:
             lines.append(
                 f"- {r.label}: test MAP {ours:.3f}, {base.label} {theirs:.3f}, not compared: the two read other "
@@ -354,7 +367,8 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "pretraining run's record holds (a pretraining run since repeated on other hardware, say), so its seeds "
         "do not share one starting point; the next run of the profile fine-tunes them again. A row marked (runs "
         "read other data) holds runs whose records name other contents for one data file or word vectors (by "
-        "sha256), or runs that recorded what they read beside runs made before records kept it; comparisons "
+        "sha256; a copy of the data carried to a GPU machine, its rows checked there, by the manifest it was "
+        "built under), or runs that recorded what they read beside runs made before records kept it; comparisons "
         "between rows whose runs differ so are not made (`--retest` runs them again on this machine's data).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
@@ -507,7 +521,7 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     for r in squad:
         f = row_figures(r, ledger)
         ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
-        if ours_delta != "-" and inputs_differ(row_records(squad[0], ledger) + row_records(r, ledger)):
+        if ours_delta != "-" and inputs_differ(row_records(squad[0], ledger) + row_records(r, ledger), ledger):
             ours_delta += " (other data than the full model's)"
         # the ablations' figures are SearchQA's: their change is from the full model's there, not from Table 4's
         full_paper = squad[0].claim_paper or squad[0].paper
@@ -559,7 +573,7 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         mark = (
             (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
             + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
-            + (INPUTS_MARK if inputs_differ(records) else "")
+            + (INPUTS_MARK if inputs_differ(records, ledger) else "")
         )
         shown_mean = cell(mean) if mean else "not run"
         lines.append(
@@ -707,16 +721,17 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
-def what_both_read(before: dict, record: dict) -> str:
-    """Whether a run and the record it replaced read the same data and word vectors, and (a fine-tuning run) started
-    from the same checkpoint, by sha256: a run due again because it read other data, or because its pretraining ran
+def what_both_read(before: dict, record: dict, carried: Mapping[str, str] | None = None) -> str:
+    """Whether a run and the record it replaced read the same data and word vectors (a carried copy's manifest by
+    the one it was carried from: `data_identity`, `carried` from the ledger), and (a fine-tuning run) started from
+    the same checkpoint, by sha256: a run due again because it read other data, or because its pretraining ran
     again, is not expected to re-run to the same figures."""
     starts = before.get("init_checkpoint_sha256"), record.get("init_checkpoint_sha256")
     if starts[0] != starts[1]:
         return "another starting checkpoint" if all(starts) else "not recorded before"
     if not (before.get("inputs_sha256") and record.get("inputs_sha256")):
         return "not recorded before"
-    return "the same" if before["inputs_sha256"] == record["inputs_sha256"] else "other data"
+    return "the same" if data_identity(before, carried) == data_identity(record, carried) else "other data"
 
 
 def runs_run_again(ledger: Ledger) -> list[str]:
@@ -726,6 +741,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     test figures."""
     groups: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
     weights: dict[tuple[str, str, str, str], list[bool]] = {}  # of the runs both of whose records fingerprint them
+    carried = carried_copies(ledger.records.values())
     for key, record in sorted(ledger.records.items()):
         before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
         if not before:
@@ -736,7 +752,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             record.get("profile", "hour"),
             where_it_ran(before),
             where_it_ran(record),
-            what_both_read(before, record),
+            what_both_read(before, record, carried),
         )
         groups.setdefault(where, []).append((record["row"], change, metric))
         if before.get("weights_sha256") and record.get("weights_sha256"):

@@ -9,7 +9,8 @@ tree is left alone and need not be clean), from the repository root, so that the
 (`out/results/data/...`) are the ones it read, on a Ray instance of its own. Only where the run writes moves, into
 OUT (`--storage-path`, `--test-output`, `--output`): the recorded run's checkpoint stays as it was. A fine-tuning
 run's starting checkpoint must be here with the sha256 its record names (re-run its source first otherwise), and
-so must the data manifest and word vectors it read (`inputs_sha256`, where its record keeps them); data the run
+so must the data manifest and word vectors it read (`inputs_sha256`, where its record keeps them; a copy of the data
+carried to a GPU machine and the build it was carried from count as the same, `runner.data_identity`); data the run
 reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
 
 Refused before any work: a record from uncommitted code (no commit holds what it ran), a commit this clone lacks,
@@ -44,6 +45,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping
 
 if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +55,7 @@ from experiments.report import run_records
 from experiments.rows import ROWS
 from experiments.runner import (
     Ledger,
+    carried_copies,
     changed_inputs,
     cpu_kind,
     cpu_mismatch,
@@ -200,14 +203,18 @@ def _sha256(path: str) -> str:
     return sha256_file(path)
 
 
-def inputs_problem(name: str, record: dict, cpu_here: dict | None = None) -> str | None:
+def inputs_problem(
+    name: str, record: dict, cpu_here: dict | None = None, carried: Mapping[str, str] | None = None
+) -> str | None:
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
-    content than it read, or None. A file not here is prepared by the data steps first, and checked again then.
+    content than it read, or None: the same rows count, where the record or this machine read a carried copy
+    (`runner.changed_inputs`, `carried` from the ledger). A file not here is prepared by the data steps first, and
+    checked again then.
     With `cpu_here`, a CPU record of another kind of CPU (or of none named) says that may be the cause: the data
     steps' fastText vectors are other bytes where OpenBLAS ran other kernels (measured: SQuAD's and TrecQA's, AMD
     EPYC family 25 model 1 against model 17), though the tokenised data is the same; the data step pins them by
     instruction set (runtime/blas.py), so the kernels the vectors here ran on are named where they are known."""
-    changed = changed_inputs(record, _sha256)
+    changed = changed_inputs(record, _sha256, carried)
     if not changed:
         return None
     cause = "its data step ran again since"
@@ -265,13 +272,14 @@ def pick(ledger: Ledger, seed: int, max_seconds: float | None, cpu_here: dict | 
     eligible: list[str] = []
     counts: collections.Counter[str] = collections.Counter()
     other_cpus: list[dict] = []
+    carried = carried_copies(ledger.records.values())
     for name, record in sorted(run_records(ledger).items()):
         found = not_here(name, record, gpu, commit_in_clone, cpu_here)
         if found is None and max_seconds is not None and float(record.get("seconds", 0)) > max_seconds:
             found = "longer", ""
         if found is None and source_checkpoint_problem(name, record) is not None:
             found = "source missing", ""
-        if found is None and inputs_problem(name, record) is not None:
+        if found is None and inputs_problem(name, record, carried=carried) is not None:
             found = "inputs differ", ""
         if found is None:
             eligible.append(name)
@@ -345,13 +353,21 @@ def prepare_inputs(record: dict, env: dict) -> None:
         raise RerunRefused(f"{', '.join(still)}: read by the record, and not written here by the data steps")
 
 
-def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bool = False) -> dict:
+def rerun(
+    name: str,
+    record: dict,
+    scratch: str,
+    tolerance: float,
+    other_cpu: bool = False,
+    carried: Mapping[str, str] | None = None,
+) -> dict:
     """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it. With
-    `other_cpu`, a CPU record of another kind of CPU runs too (the check says so)."""
+    `other_cpu`, a CPU record of another kind of CPU runs too (the check says so); `carried`: the ledger's
+    `carried_copies`, for a record that read a carried copy of the data before records named the build."""
     gpu = is_gpu_record(record)
     cpu_here = cpu_kind()
     problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone, None if other_cpu else cpu_here)
-    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record, cpu_here)
+    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record, cpu_here, carried)
     if problem:
         raise RerunRefused(problem)
     check_scratch(scratch, record)
@@ -361,7 +377,7 @@ def rerun(name: str, record: dict, scratch: str, tolerance: float, other_cpu: bo
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
     prepare_inputs(record, env)
     _sha256.cache_clear()  # what the data steps just wrote
-    problem = inputs_problem(name, record, cpu_here)
+    problem = inputs_problem(name, record, cpu_here, carried)
     if problem:
         raise RerunRefused(problem)
     code = extract_code(record["commit"], scratch)
@@ -479,7 +495,8 @@ def main(argv=None) -> int:
         name = args.record
         if name not in ledger.records or ":" in name:
             raise RerunRefused(f"--record {name}: not a run of {args.ledger}")
-    check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu)
+    carried = carried_copies(ledger.records.values())
+    check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu, carried)
     if drawn:
         check["drawn"] = drawn
     if not args.no_record:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, overload
 
 from experiments.plan import (
@@ -359,7 +359,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
     if row.model is None:
         # the bi-encoder embeds in fp32 (no autocast)
         record.update(test=summaries[0]["metrics"], split=row.split, encoder=summaries[0]["encoder"], precision="fp32")
-        record["inputs_sha256"] = data_read(data_folder(out, row.data))  # for rerun.py, and --retest
+        record.update(inputs_record(data_read(data_folder(out, row.data))))  # for rerun.py, and --retest
     else:
         train = summaries[0]
         # the best checkpoint's figures on the row's split, scored by the training job
@@ -391,7 +391,7 @@ def run_one(run: Run, out: str, env: dict, ledger: Ledger, gpus_per_run: float |
         )
         if train.get("init_from"):  # the checkpoint it fine-tuned from, by content
             record["init_checkpoint_sha256"] = sha256_file(os.path.join(train["init_from"], "state.pt"))
-        record["inputs_sha256"] = inputs_read(config["train"])  # the data and word vectors, by content
+        record.update(inputs_record(inputs_read(config["train"])))  # the data and word vectors, by content
     predictions = os.path.join(out, "predictions", key + ".jsonl")
     if os.path.exists(predictions):  # what the row's interval and the paired tests of its claims are computed from
         record["per_question"] = question_figures(predictions)
@@ -413,6 +413,7 @@ REPLACED_FIELDS = (
     "checkpoint_sha256",
     "weights_sha256",
     "inputs_sha256",
+    "inputs_as_built_sha256",
     "init_checkpoint_sha256",
 )
 
@@ -449,6 +450,42 @@ def data_read(data: str) -> dict[str, str]:
     """The sha256 of the data manifest a zero-shot run scored (`data`: its folder as the command names it); it
     reads no word vectors, and its encoder is named by its record."""
     return _sha256_by_name([os.path.join(_in_repo(data), "manifest.json")])
+
+
+def inputs_record(read: dict[str, str]) -> dict[str, dict[str, str]]:
+    """A record's fields for the files it read (`read`: their sha256 by name): `inputs_sha256`, the bytes read, and
+    where a data folder is a carried copy (infra/offline_gpu/carry.py: the same rows, written by another pyarrow),
+    `inputs_as_built_sha256`, its manifest's sha256 as built, so that the record is set beside runs on the build
+    (`data_identity`)."""
+    from pipelines.shards import manifest_as_built_sha256
+
+    built = {
+        name: as_built
+        for name, sha in read.items()
+        if name.endswith("manifest.json") and (as_built := manifest_as_built_sha256(_in_repo(name), sha))
+    }
+    return {"inputs_sha256": read, **({"inputs_as_built_sha256": built} if built else {})}
+
+
+def carried_copies(records: Iterable[dict]) -> dict[str, str]:
+    """The sha256 of each carried copy's manifest that a record read, to the manifest's as built: what a record
+    made before records named the build (`inputs_as_built_sha256`) read, where a later record read the same copy
+    (the same bytes: the same rows unpacked by the same pyarrow) and named it."""
+    return {
+        record["inputs_sha256"][name]: built
+        for record in records
+        for name, built in (record.get("inputs_as_built_sha256") or {}).items()
+        if name in (record.get("inputs_sha256") or {})
+    }
+
+
+def data_identity(record: dict, carried: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The contents a record read, each file by its sha256 as built: a carried copy's manifest by the one it was
+    carried from (`inputs_as_built_sha256`, or for a record made before that was kept, `carried`: `carried_copies`
+    of the ledger), every other file by its own. Two runs on the same rows, one where they were built and one on a
+    copy carried to a GPU machine, name the same contents."""
+    built, carried = record.get("inputs_as_built_sha256") or {}, carried or {}
+    return {name: built.get(name) or carried.get(sha, sha) for name, sha in (record.get("inputs_sha256") or {}).items()}
 
 
 def _in_repo(path: str) -> str:  # relative paths are the repository's, as the commands name them
@@ -544,15 +581,23 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
     return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def changed_inputs(record: dict, sha256: Callable[[str], str]) -> list[str]:
+def changed_inputs(record: dict, sha256: Callable[[str], str], carried: Mapping[str, str] | None = None) -> list[str]:
     """The files a record read (`inputs_sha256`: its data's manifest, its word vectors) that are here with other
     contents than it read (a data step run again since, on other software, say), by `sha256` (a file's hash, cached
-    by the caller). A file not here tells nothing: the data steps prepare it first."""
-    return [
-        path
-        for path, recorded in record.get("inputs_sha256", {}).items()
-        if os.path.exists(_in_repo(path)) and sha256(_in_repo(path)) != recorded
-    ]
+    by the caller). The same rows count as the same contents: a record on a carried copy of this machine's build, or
+    here a carried copy of what the record read (`data_identity`, with `carried` from the ledger). A file not here
+    tells nothing: the data steps prepare it first."""
+    from pipelines.shards import manifest_as_built_sha256
+
+    identity, changed = data_identity(record, carried), []
+    for path, recorded in record.get("inputs_sha256", {}).items():
+        here = _in_repo(path)
+        if not os.path.exists(here) or sha256(here) == recorded:
+            continue
+        built_here = manifest_as_built_sha256(here, sha256(here)) if path.endswith("manifest.json") else None
+        if identity[path] not in (sha256(here), built_here):
+            changed.append(path)
+    return changed
 
 
 def rerun_reason(
@@ -561,6 +606,7 @@ def rerun_reason(
     retest: bool = False,
     sha256: Callable[[str], str] | None = None,
     use_gpu: bool = False,
+    carried: Mapping[str, str] | None = None,
 ) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
@@ -582,7 +628,7 @@ def rerun_reason(
         return "recorded without the sha256 of the data and word vectors it read (--retest)"
     if retest and not on_gpu and "cpu" not in record:
         return "recorded without the CPU it ran on (--retest)"
-    changed = changed_inputs(record, sha256) if retest and sha256 is not None else []
+    changed = changed_inputs(record, sha256, carried) if retest and sha256 is not None else []
     if changed:
         return f"read other contents of {', '.join(changed)} than this machine's (--retest)"
     return None
@@ -644,12 +690,13 @@ def due_runs(
     from pipelines.shards import sha256_file
 
     sha256 = functools.cache(sha256_file)  # each data file hashed once, not once per run that read it
+    carried = carried_copies(ledger.records.values())
     for run in runs:
         recorded = ledger.records.get(run.name)
         if not recorded or recorded.get("plan") != plan_of(run, out):
             due[run] = Due(None)  # a run cut off before its record resumes from its last checkpoint
             continue
-        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu)
+        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu, carried)
         source = source_run(run.row, profile, run.seed)
         if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
             why = "fine-tuned another checkpoint than its pretraining run's record holds"
@@ -919,11 +966,12 @@ def run_efficiency(out: str, ledger: Ledger) -> float:
     return time.time() - started
 
 
-SOFTWARE = ("torch", "ray", "transformers", "numpy")
+SOFTWARE = ("torch", "ray", "transformers", "numpy", "pyarrow")
 
 
 def software_versions() -> dict[str, str]:
-    """The versions a record's figures depend on: Python, torch, Ray, transformers, numpy."""
+    """The versions a record's figures depend on: Python, torch, Ray, transformers, numpy, and pyarrow (the bytes
+    it writes for the data's shards, by which a record names what it read)."""
     from importlib.metadata import version
 
     return {"python": platform.python_version(), **{name: version(name) for name in SOFTWARE}}

@@ -31,6 +31,26 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+# Beside the manifest of a tokenised folder carried to another machine and unpacked there (infra/offline_gpu/carry.py):
+# that pyarrow writes other bytes for the same rows, so the unpacked manifest's sha256 is not the built one's.
+CARRIED_FROM = "carried_from.json"
+
+
+def manifest_as_built_sha256(manifest: str, sha256: str | None = None) -> str | None:
+    """The sha256 that `manifest` had as built, where its folder is a carried copy whose every shard's rows were
+    checked against the built ones' content hash on unpacking (`CARRIED_FROM` beside it names both manifests'
+    sha256); None for a folder built where it is, or where the manifest is no longer the one unpacked (written
+    again since: the note is stale). `sha256`: the manifest's own, where the caller has it."""
+    note = os.path.join(os.path.dirname(manifest), CARRIED_FROM)
+    if not os.path.exists(note):
+        return None
+    with open(note) as f:
+        carried = json.load(f)
+    if (sha256 or sha256_file(manifest)) != carried.get("unpacked_sha256"):
+        return None
+    return carried.get("built_sha256")
+
+
 def rows_per_shard(ds, cfg) -> int:
     """Rows per Parquet file for a `cfg.shard_mb` target, from the materialised dataset's bytes per row."""
     if cfg.rows_per_shard:

@@ -17,7 +17,9 @@ Parquet for 94k training pairs over 10k answers); stored once per distinct text 
 writes every shard with the same rows in the same row groups (the training loop's shuffle is over row groups, so a
 run reads the same batches), checks each file's rows against the packed content hash, and then rewrites the
 manifest's byte count and sha256 of each shard, since another pyarrow writes other bytes for the same rows (its
-version is in the footer). The packed manifest's other fields are kept.
+version is in the footer). The packed manifest's other fields are kept, and `carried_from.json` beside it names the
+packed manifest's sha256 (the data as built) and the refreshed one's: records of runs there name both, so that they
+and runs where the corpus was built are known to have read the same rows.
 
 What does not fit one upload travels in several (`distribute`): each upload is at most LIMIT bytes with the
 working tree (TREE bytes) beside it; the first holds what call 1 needs (Ray, the wheels, the first corpus), the last
@@ -50,7 +52,7 @@ import pyarrow.parquet as pq
 
 if __package__ in (None, ""):  # run as a script from the repository root: the project's own shard checksum
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from pipelines.shards import sha256_file  # the manifest's own checksum, as the shard reader checks it
+from pipelines.shards import CARRIED_FROM, sha256_file  # the manifest's own checksum, as the shard reader checks it
 
 PACKED_TEXT_COLUMNS = ("question", "answer", "question_ids", "answer_ids")
 
@@ -132,6 +134,7 @@ def unpack_corpus(path: str, folder: str) -> None:
         written[rel] = target
     manifest_path = os.path.join(folder, "manifest.json")
     if os.path.exists(manifest_path):
+        built = sha256_file(manifest_path)  # as packed, byte for byte: the manifest the rows were built under
         with open(manifest_path) as f:
             manifest = json.load(f)
         for split in manifest.get("splits", {}).values():
@@ -141,6 +144,19 @@ def unpack_corpus(path: str, folder: str) -> None:
                     entry["bytes"], entry["sha256"] = os.path.getsize(path), sha256_file(path)
         with open(manifest_path, "w") as f:
             json.dump(manifest, f, indent=2)
+        # the data's identity stays the built manifest's: records made here name it beside the bytes they read
+        # (experiments/runner.py), so runs here and where the corpus was built are set side by side
+        with open(os.path.join(folder, CARRIED_FROM), "w") as f:
+            json.dump(
+                {
+                    "built_sha256": built,
+                    "unpacked_sha256": sha256_file(manifest_path),
+                    "rows": "every shard's rows and row groups checked against the packed content hash",
+                    "pyarrow": pa.__version__,
+                },
+                f,
+                indent=2,
+            )
     print(f"{folder}: {len(written)} shards with the packed rows (content hashes equal); manifest bytes refreshed")
 
 

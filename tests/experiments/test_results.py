@@ -443,6 +443,67 @@ def row_mean(ledger, row):
     return row_figures(row, ledger)["map"][0]
 
 
+def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_data(tmp_path):
+    """A corpus carried to a GPU machine (infra/offline_gpu/carry.py) holds the same rows in other bytes: a record
+    made on the copy names the built manifest beside the one it read, so its row is set beside rows run on the
+    build; a record made on the copy before records named the build is known by a later record that read the same
+    copy (the ledger's `carried_copies`). Other rows are still other data."""
+    import importlib.util
+    import shutil
+
+    from pipelines.shards import sha256_file as sha256
+    from tests.conftest import REPO, make_tokenised
+
+    spec = importlib.util.spec_from_file_location("carry", os.path.join(REPO, "infra", "offline_gpu", "carry.py"))
+    assert spec and spec.loader
+    carry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(carry)
+
+    data = make_tokenised(tmp_path / "data" / "wikiqa", questions=8, candidates=5)
+    manifest = os.path.join(data, "manifest.json")
+
+    def reading() -> dict:  # what a run's record names of the data there now
+        return runner.inputs_record({manifest: sha256(manifest)})
+
+    on_build = reading()
+    assert on_build == {"inputs_sha256": {manifest: sha256(manifest)}}  # built here: no other name
+    carry.pack_corpus(data, str(tmp_path / "wikiqa.xz"))
+    shutil.move(data, str(tmp_path / "built"))  # the GPU machine: the same path, the copy unpacked there
+    carry.unpack_corpus(str(tmp_path / "wikiqa.xz"), data)
+    on_copy = reading()
+    assert on_copy["inputs_sha256"] != on_build["inputs_sha256"]
+    assert on_copy["inputs_as_built_sha256"] == on_build["inputs_sha256"]
+    before_named = {"inputs_sha256": on_copy["inputs_sha256"]}  # a record on the copy from before builds were named
+
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    assert cells.inputs_differ([on_build, on_copy], ledger) is None
+    assert cells.inputs_differ([on_build, before_named], ledger) == f"{manifest} read with other contents"
+    ledger.records["full-wikiqa-minilm-gsamn-seed0"] = on_copy  # a later run on the same copy names its build
+    assert cells.inputs_differ([on_build, before_named], ledger) is None
+    assert cells.inputs_differ([on_build, before_named]) == f"{manifest} read with other contents"  # no ledger
+    assert writer.what_both_read(on_build, on_copy) == "the same"
+
+    # rerun.py and --retest: a record is set against the data here by what it was built as
+    cached = runner.carried_copies(ledger.records.values())
+    assert runner.changed_inputs(on_build, sha256) == []  # the copy here, the record on the build
+    assert runner.changed_inputs(before_named, sha256) == []  # the same bytes
+    shutil.rmtree(data)
+    shutil.move(str(tmp_path / "built"), data)  # the build here
+    assert runner.changed_inputs(on_copy, sha256) == []
+    assert runner.changed_inputs(before_named, sha256) == [manifest]
+    assert runner.changed_inputs(before_named, sha256, cached) == []
+
+    # other rows built here: other data, whichever way a record names it
+    with open(manifest) as f:
+        rebuilt = json.load(f)
+    rebuilt["splits"]["train"]["rows"] += 1
+    with open(manifest, "w") as f:
+        json.dump(rebuilt, f)
+    for record in (on_build, on_copy, before_named):
+        assert runner.changed_inputs(record, sha256, cached) == [manifest]
+    assert cells.inputs_differ([reading(), on_copy], ledger) == f"{manifest} read with other contents"
+
+
 def test_question_figures_read_a_predictions_file(tmp_path):
     path = tmp_path / "p.jsonl"
     lines = [
@@ -1161,7 +1222,7 @@ def test_the_dry_run_lists_only_the_data_its_rows_read_and_marks_what_is_done(tm
 
 def test_a_record_names_the_software_it_ran_with():
     versions = runner.software_versions()
-    assert set(versions) == {"python", "torch", "ray", "transformers", "numpy"}
+    assert set(versions) == {"python", "torch", "ray", "transformers", "numpy", "pyarrow"}
     assert versions["torch"].startswith("2.") and all(versions.values())
 
 

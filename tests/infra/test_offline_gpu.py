@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.shards import shard_paths
+from pipelines.shards import CARRIED_FROM, manifest_as_built_sha256, sha256_file, shard_paths
 from tests.conftest import REPO, make_tokenised
 
 spec = importlib.util.spec_from_file_location("carry", os.path.join(REPO, "infra", "offline_gpu", "carry.py"))
@@ -52,6 +52,28 @@ def test_a_packed_corpus_unpacks_to_the_same_rows_and_row_groups_and_passes_the_
         for entry in split["files"]:
             entry.pop("bytes"), entry.pop("sha256")
     assert refreshed == kept
+
+
+def test_a_carried_copy_names_the_manifest_it_was_built_under_while_its_manifest_is_the_unpacked_one(tmp_path):
+    """Unpacking writes other bytes for the same rows (here other writer options; on a GPU machine another pyarrow
+    too), so the copy's manifest has another sha256: `carried_from.json` names the built one, which records of runs
+    on the copy keep as the data's identity, and stops naming it once the manifest is written again."""
+    source = make_tokenised(tmp_path / "source", questions=8, candidates=5)
+    packed, target = str(tmp_path / "corpus.xz"), str(tmp_path / "target")
+    carry.pack_corpus(source, packed)
+    carry.unpack_corpus(packed, target)
+    built, copy = os.path.join(source, "manifest.json"), os.path.join(target, "manifest.json")
+    assert sha256_file(built) != sha256_file(copy)
+    with open(os.path.join(target, CARRIED_FROM)) as f:
+        note = json.load(f)
+    assert note["built_sha256"] == sha256_file(built) and note["unpacked_sha256"] == sha256_file(copy)
+    assert manifest_as_built_sha256(copy) == sha256_file(built)
+    assert manifest_as_built_sha256(built) is None  # built here: its own sha256 is its identity
+    carry.unpack_corpus(packed, target)  # unpacked again: the same note
+    assert manifest_as_built_sha256(copy) == sha256_file(built)
+    with open(copy, "a") as f:  # the manifest written again since (a data step run on the copy, say)
+        f.write("\n")
+    assert manifest_as_built_sha256(copy) is None
 
 
 def test_an_upload_unpacks_every_corpus_and_build_stats_it_carries(tmp_path):
