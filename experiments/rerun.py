@@ -213,7 +213,9 @@ def inputs_problem(
     With `cpu_here`, a CPU record of another kind of CPU (or of none named) says that may be the cause: the data
     steps' fastText vectors are other bytes where OpenBLAS ran other kernels (measured: SQuAD's and TrecQA's, AMD
     EPYC family 25 model 1 against model 17), though the tokenised data is the same; the data step pins them by
-    instruction set (runtime/blas.py), so the kernels the vectors here ran on are named where they are known."""
+    instruction set (runtime/blas.py), so the kernels the vectors here ran on are named where they are known. A
+    manifest that differs may also have been built from the shared data at another absolute path than the record's
+    machine had (the manifest keeps it, `config.input`): the refusal names the one here."""
     changed = changed_inputs(record, _sha256, carried)
     if not changed:
         return None
@@ -226,10 +228,29 @@ def inputs_problem(
             f"ran other kernels (pinned by instruction set: SkylakeX with AVX-512, Haswell with AVX2 alone"
             f"{vectors_kernels(changed[0])})"
         )
+    built_from = manifest_input(changed[0])
+    if built_from:
+        cause += (
+            f", or ran from another folder here than on the record's machine: a manifest keeps the absolute path of "
+            f"the data it was built from (here {built_from}), so the same rows built from elsewhere are other bytes"
+        )
     return (
         f"{name}: read {changed[0]} with sha256 {record['inputs_sha256'][changed[0]][:12]}, and the file here differs "
         f"({cause}): a re-run would not test the record"
     )
+
+
+def manifest_input(path: str) -> str | None:
+    """The input folder a tokenised folder's manifest says it was built from (`config.input`), or None (not a
+    manifest, or none named)."""
+    if not path.endswith("manifest.json"):
+        return None
+    try:
+        with open(os.path.join(REPO, path)) as f:
+            built_from = json.load(f).get("config", {}).get("input")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return built_from if isinstance(built_from, str) else None
 
 
 def vectors_kernels(vectors: str) -> str:

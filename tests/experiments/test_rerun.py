@@ -231,6 +231,19 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     assert "another kind of CPU" not in rerun.inputs_problem("r", dict(record, cpu=EPYC), cpu_here=EPYC)
     os.remove(vectors)  # not here: prepared by the data steps first, and checked after them
     assert rerun.inputs_problem("r", record) is None
+    assert "another folder" not in problem  # the vectors changed, not the manifest
+
+    # the same rows built from a folder elsewhere: the manifest keeps that path, and the refusal names it
+    with open(manifest) as f:
+        built = json.load(f)
+    built["config"] = {"input": "/elsewhere/shared/data/wikiqa"}
+    with open(manifest, "w") as f:
+        json.dump(built, f)
+    rerun._sha256.cache_clear()
+    problem = rerun.inputs_problem("r", record)
+    assert problem and f"read {manifest} with sha256" in problem
+    assert "ran from another folder here than on the record's machine" in problem
+    assert "(here /elsewhere/shared/data/wikiqa)" in problem
 
 
 def test_word_vectors_a_record_read_without_naming_them_are_prepared_or_the_re_run_refused(tmp_path, monkeypatch):
