@@ -484,14 +484,14 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     assert writer.what_both_read(on_build, on_copy) == "the same"
 
     # rerun.py and --retest: a record is set against the data here by what it was built as
-    cached = runner.carried_copies(ledger.records.values())
+    carried = runner.carried_copies(ledger.records.values())
     assert runner.changed_inputs(on_build, sha256) == []  # the copy here, the record on the build
     assert runner.changed_inputs(before_named, sha256) == []  # the same bytes
     shutil.rmtree(data)
     shutil.move(str(tmp_path / "built"), data)  # the build here
     assert runner.changed_inputs(on_copy, sha256) == []
     assert runner.changed_inputs(before_named, sha256) == [manifest]
-    assert runner.changed_inputs(before_named, sha256, cached) == []
+    assert runner.changed_inputs(before_named, sha256, carried) == []
 
     # other rows built here: other data, whichever way a record names it
     with open(manifest) as f:
@@ -500,7 +500,7 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     with open(manifest, "w") as f:
         json.dump(rebuilt, f)
     for record in (on_build, on_copy, before_named):
-        assert runner.changed_inputs(record, sha256, cached) == [manifest]
+        assert runner.changed_inputs(record, sha256, carried) == [manifest]
     assert cells.inputs_differ([reading(), on_copy], ledger) == f"{manifest} read with other contents"
 
 
