@@ -243,13 +243,15 @@ def inputs_problem(
 def manifest_input(path: str) -> str | None:
     """The input folder a tokenised folder's manifest says it was built from (`config.input`), or None (not a
     manifest, or none named)."""
+    from training.data import read_manifest
+
     if not path.endswith("manifest.json"):
         return None
     try:
-        with open(os.path.join(REPO, path)) as f:
-            built_from = json.load(f).get("config", {}).get("input")
-    except (OSError, ValueError, AttributeError):
+        config = read_manifest(os.path.dirname(os.path.join(REPO, path))).get("config")
+    except (OSError, ValueError):  # missing, damaged or not a manifest: read_manifest's refusals
         return None
+    built_from = config.get("input") if isinstance(config, dict) else None
     return built_from if isinstance(built_from, str) else None
 
 
