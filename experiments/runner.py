@@ -592,10 +592,13 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], carried: Mapping[
     identity, changed = data_identity(record, carried), []
     for path, recorded in record.get("inputs_sha256", {}).items():
         here = _in_repo(path)
-        if not os.path.exists(here) or sha256(here) == recorded:
+        if not os.path.exists(here):
             continue
-        built_here = manifest_as_built_sha256(here, sha256(here)) if path.endswith("manifest.json") else None
-        if identity[path] not in (sha256(here), built_here):
+        sha_here = sha256(here)
+        if sha_here == recorded:
+            continue
+        built_here = manifest_as_built_sha256(here, sha_here) if path.endswith("manifest.json") else None
+        if identity[path] not in (sha_here, built_here):
             changed.append(path)
     return changed
 
