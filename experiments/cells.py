@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
-from experiments.runner import Ledger, carried_copies, data_identity, source_run, started_elsewhere
+from experiments.runner import Ledger, data_identities, data_identity, source_run, started_elsewhere
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
 from experiments.significance import verdict as significance_verdict
 
@@ -93,14 +93,15 @@ INPUTS_MARK = " (runs read other data)"
 
 def inputs_differ(records: Iterable[dict], ledger: Ledger | None = None) -> str | None:
     """Why runs meant to read the same data may not have, from their records' `inputs_sha256` (the data manifest
-    and word vectors each read, by content; a carried copy's manifest by the one it was carried from, with the
-    `ledger`'s records naming copies: `runner.data_identity`): a file that two of them read with other contents, or
+    and word vectors each read, by content: a manifest by its sha256 without the folders it names, a carried
+    copy's by the one it was carried from, with what the `ledger` knows of them: `runner.data_identity`): a file
+    that two of them read with other contents, or
     runs that recorded what they read beside runs that did not (made before records kept it, such as a row re-run
     in part). None where the files they share agree, or where no run recorded its inputs (nothing to set against
     each other). Files only some runs read (another set of vectors, by design) are not compared."""
     records = list(records)
-    carried = carried_copies(ledger.records.values()) if ledger is not None else None
-    recorded = [data_identity(r, carried) for r in records if r.get("inputs_sha256")]
+    known = data_identities(ledger.records.values()) if ledger is not None else None
+    recorded = [data_identity(r, known) for r in records if r.get("inputs_sha256")]
     if not recorded:
         return None
     contents: dict[str, set[str]] = {}

@@ -62,9 +62,9 @@ from experiments.rows import (
 )
 from experiments.runner import (
     Ledger,
-    carried_copies,
     commands,
     cpu_mismatch,
+    data_identities,
     data_identity,
     describe_cpu,
     git_commit,
@@ -367,9 +367,11 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "pretraining run's record holds (a pretraining run since repeated on other hardware, say), so its seeds "
         "do not share one starting point; the next run of the profile fine-tunes them again. A row marked (runs "
         "read other data) holds runs whose records name other contents for one data file or word vectors (by "
-        "sha256; a copy of the data carried to a GPU machine, its rows checked there, by the manifest it was "
-        "built under), or runs that recorded what they read beside runs made before records kept it; comparisons "
-        "between rows whose runs differ so are not made (`--retest` runs them again on this machine's data).",
+        "sha256; a data manifest without the folders it names, so that the same data built from ../shared/data "
+        "at another path reads the same; a copy of the data carried to a GPU machine, its rows checked there, by "
+        "the manifest it was built under), or runs that recorded what they read beside runs made before records "
+        "kept it; comparisons between rows whose runs differ so are not made (`--retest` runs them again on this "
+        "machine's data).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",
@@ -721,9 +723,10 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
-def what_both_read(before: dict, record: dict, carried: Mapping[str, str] | None = None) -> str:
-    """Whether a run and the record it replaced read the same data and word vectors (a carried copy's manifest by
-    the one it was carried from: `data_identity`, `carried` from the ledger), and (a fine-tuning run) started from
+def what_both_read(before: dict, record: dict, known: Mapping[str, str] | None = None) -> str:
+    """Whether a run and the record it replaced read the same data and word vectors (a manifest by its content
+    without the folders it names, a carried copy's by the one it was carried from: `data_identity`, `known` from
+    the ledger), and (a fine-tuning run) started from
     the same checkpoint, by sha256: a run due again because it read other data, or because its pretraining ran
     again, is not expected to re-run to the same figures."""
     starts = before.get("init_checkpoint_sha256"), record.get("init_checkpoint_sha256")
@@ -731,7 +734,7 @@ def what_both_read(before: dict, record: dict, carried: Mapping[str, str] | None
         return "another starting checkpoint" if all(starts) else "not recorded before"
     if not (before.get("inputs_sha256") and record.get("inputs_sha256")):
         return "not recorded before"
-    return "the same" if data_identity(before, carried) == data_identity(record, carried) else "other data"
+    return "the same" if data_identity(before, known) == data_identity(record, known) else "other data"
 
 
 def runs_run_again(ledger: Ledger) -> list[str]:
@@ -741,7 +744,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     test figures."""
     groups: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
     weights: dict[tuple[str, str, str, str], list[bool]] = {}  # of the runs both of whose records fingerprint them
-    carried = carried_copies(ledger.records.values())
+    known = data_identities(ledger.records.values())
     for key, record in sorted(ledger.records.items()):
         before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
         if not before:
@@ -752,7 +755,7 @@ def runs_run_again(ledger: Ledger) -> list[str]:
             record.get("profile", "hour"),
             where_it_ran(before),
             where_it_ran(record),
-            what_both_read(before, record, carried),
+            what_both_read(before, record, known),
         )
         groups.setdefault(where, []).append((record["row"], change, metric))
         if before.get("weights_sha256") and record.get("weights_sha256"):

@@ -9,9 +9,11 @@ tree is left alone and need not be clean), from the repository root, so that the
 (`out/results/data/...`) are the ones it read, on a Ray instance of its own. Only where the run writes moves, into
 OUT (`--storage-path`, `--test-output`, `--output`): the recorded run's checkpoint stays as it was. A fine-tuning
 run's starting checkpoint must be here with the sha256 its record names (re-run its source first otherwise), and
-so must the data manifest and word vectors it read (`inputs_sha256`, where its record keeps them; a copy of the data
-carried to a GPU machine and the build it was carried from count as the same, `runner.data_identity`); data the run
-reads and this machine lacks is prepared first by the data steps of `experiments/results.py`.
+so must the data manifest and word vectors it read (`inputs_sha256`, where its record keeps them; a manifest by its
+content without the folders it names, so that data built here from ../shared/data at another path than the record's
+machine had counts as the same, and so do a copy of the data carried to a GPU machine and the build it was carried
+from: `runner.data_identity`); data the run reads and this machine lacks is prepared first by the data steps of
+`experiments/results.py`.
 
 Refused before any work: a record from uncommitted code (no commit holds what it ran), a commit this clone lacks,
 a GPU record where no GPU is (the same device kind), a CPU record that names another kind of CPU than this one
@@ -55,14 +57,15 @@ from experiments.report import run_records
 from experiments.rows import ROWS
 from experiments.runner import (
     Ledger,
-    carried_copies,
     changed_inputs,
     cpu_kind,
     cpu_mismatch,
+    data_identities,
     data_needed,
     describe_cpu,
     device_name,
     git_commit,
+    known_by_bytes_only,
     prepare_data,
     run_job,
 )
@@ -204,19 +207,20 @@ def _sha256(path: str) -> str:
 
 
 def inputs_problem(
-    name: str, record: dict, cpu_here: dict | None = None, carried: Mapping[str, str] | None = None
+    name: str, record: dict, cpu_here: dict | None = None, known: Mapping[str, str] | None = None
 ) -> str | None:
     """Why a file the record read (`inputs_sha256`: its data's manifest, its word vectors) is here with other
-    content than it read, or None: the same rows count, where the record or this machine read a carried copy
-    (`runner.changed_inputs`, `carried` from the ledger). A file not here is prepared by the data steps first, and
-    checked again then.
+    content than it read, or None: the same rows count, where the record or this machine read a carried copy or a
+    manifest built from folders at other paths (`runner.changed_inputs`, `known` from the ledger). A file not here
+    is prepared by the data steps first, and checked again then.
     With `cpu_here`, a CPU record of another kind of CPU (or of none named) says that may be the cause: the data
     steps' fastText vectors are other bytes where OpenBLAS ran other kernels (measured: SQuAD's and TrecQA's, AMD
     EPYC family 25 model 1 against model 17), though the tokenised data is the same; the data step pins them by
     instruction set (runtime/blas.py), so the kernels the vectors here ran on are named where they are known. A
-    manifest that differs may also have been built from the shared data at another absolute path than the record's
-    machine had (the manifest keeps it, `config.input`): the refusal names the one here."""
-    changed = changed_inputs(record, _sha256, carried)
+    manifest the ledger knows only by its bytes (no record or data step named it path-free) may also have been
+    built from the shared data at another absolute path than the record's machine had (the manifest keeps it,
+    `config.input`): the refusal names the one here."""
+    changed = changed_inputs(record, _sha256, known)
     if not changed:
         return None
     cause = "its data step ran again since"
@@ -228,11 +232,12 @@ def inputs_problem(
             f"ran other kernels (pinned by instruction set: SkylakeX with AVX-512, Haswell with AVX2 alone"
             f"{vectors_kernels(changed[0])})"
         )
-    built_from = manifest_input(changed[0])
+    built_from = manifest_input(changed[0]) if known_by_bytes_only(record, changed[0], known) else None
     if built_from:
         cause += (
             f", or ran from another folder here than on the record's machine: a manifest keeps the absolute path of "
-            f"the data it was built from (here {built_from}), so the same rows built from elsewhere are other bytes"
+            f"the data it was built from (here {built_from}), and the ledger knows the record's only by its bytes "
+            f"(no data step or record named it without its paths), so the same rows built from elsewhere look other"
         )
     return (
         f"{name}: read {changed[0]} with sha256 {record['inputs_sha256'][changed[0]][:12]}, and the file here differs "
@@ -295,14 +300,14 @@ def pick(ledger: Ledger, seed: int, max_seconds: float | None, cpu_here: dict | 
     eligible: list[str] = []
     counts: collections.Counter[str] = collections.Counter()
     other_cpus: list[dict] = []
-    carried = carried_copies(ledger.records.values())
+    known = data_identities(ledger.records.values())
     for name, record in sorted(run_records(ledger).items()):
         found = not_here(name, record, gpu, commit_in_clone, cpu_here)
         if found is None and max_seconds is not None and float(record.get("seconds", 0)) > max_seconds:
             found = "longer", ""
         if found is None and source_checkpoint_problem(name, record) is not None:
             found = "source missing", ""
-        if found is None and inputs_problem(name, record, carried=carried) is not None:
+        if found is None and inputs_problem(name, record, known=known) is not None:
             found = "inputs differ", ""
         if found is None:
             eligible.append(name)
@@ -382,15 +387,15 @@ def rerun(
     scratch: str,
     tolerance: float,
     other_cpu: bool = False,
-    carried: Mapping[str, str] | None = None,
+    known: Mapping[str, str] | None = None,
 ) -> dict:
     """Run `record` again from its commit and stored arguments; the check, as the ledger keeps it. With
-    `other_cpu`, a CPU record of another kind of CPU runs too (the check says so); `carried`: the ledger's
-    `carried_copies`, for a record that read a carried copy of the data before records named the build."""
+    `other_cpu`, a CPU record of another kind of CPU runs too (the check says so); `known`: the ledger's
+    `data_identities`, for a record made before records named its data path-free or by its build."""
     gpu = is_gpu_record(record)
     cpu_here = cpu_kind()
     problem = why_not_here(name, record, gpu and cuda_here(), commit_in_clone, None if other_cpu else cpu_here)
-    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record, cpu_here, carried)
+    problem = problem or source_checkpoint_problem(name, record) or inputs_problem(name, record, cpu_here, known)
     if problem:
         raise RerunRefused(problem)
     check_scratch(scratch, record)
@@ -400,7 +405,7 @@ def rerun(
     env = dict(os.environ, RAY_ADDRESS="local", PYTHONUNBUFFERED="1")
     prepare_inputs(record, env)
     _sha256.cache_clear()  # what the data steps just wrote
-    problem = inputs_problem(name, record, cpu_here, carried)
+    problem = inputs_problem(name, record, cpu_here, known)
     if problem:
         raise RerunRefused(problem)
     code = extract_code(record["commit"], scratch)
@@ -518,8 +523,8 @@ def main(argv=None) -> int:
         name = args.record
         if name not in ledger.records or ":" in name:
             raise RerunRefused(f"--record {name}: not a run of {args.ledger}")
-    carried = carried_copies(ledger.records.values())
-    check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu, carried)
+    known = data_identities(ledger.records.values())
+    check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu, known)
     if drawn:
         check["drawn"] = drawn
     if not args.no_record:

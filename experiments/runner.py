@@ -414,6 +414,7 @@ REPLACED_FIELDS = (
     "weights_sha256",
     "inputs_sha256",
     "inputs_as_built_sha256",
+    "inputs_path_free_sha256",
     "init_checkpoint_sha256",
 )
 
@@ -453,39 +454,76 @@ def data_read(data: str) -> dict[str, str]:
 
 
 def inputs_record(read: dict[str, str]) -> dict[str, dict[str, str]]:
-    """A record's fields for the files it read (`read`: their sha256 by name): `inputs_sha256`, the bytes read, and
-    where a data folder is a carried copy (infra/offline_gpu/carry.py: the same rows, written by another pyarrow),
-    `inputs_as_built_sha256`, its manifest's sha256 as built, so that the record is set beside runs on the build
-    (`data_identity`)."""
-    from pipelines.shards import manifest_as_built_sha256
+    """A record's fields for the files it read (`read`: their sha256 by name): `inputs_sha256`, the bytes read;
+    `inputs_path_free_sha256`, each data manifest's sha256 without the folders it names
+    (`pipelines.shards.path_free_sha256`), so that a run re-run where ../shared/data or the repository lies at
+    another path is known to read the same data; and where a data folder is a carried copy (infra/offline_gpu/
+    carry.py: the same rows, written by another pyarrow), `inputs_as_built_sha256`, its manifest's sha256 as built,
+    so that the record is set beside runs on the build (`data_identity`); a copy's path-free sha256 is its build's."""
+    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256
 
+    manifests = {name: sha for name, sha in read.items() if name.endswith("manifest.json")}
     built = {
-        name: as_built
-        for name, sha in read.items()
-        if name.endswith("manifest.json") and (as_built := manifest_as_built_sha256(_in_repo(name), sha))
+        name: as_built for name, sha in manifests.items() if (as_built := manifest_as_built_sha256(_in_repo(name), sha))
     }
-    return {"inputs_sha256": read, **({"inputs_as_built_sha256": built} if built else {})}
-
-
-def carried_copies(records: Iterable[dict]) -> dict[str, str]:
-    """The sha256 of each carried copy's manifest that a record read, to the manifest's as built: what a record
-    made before records named the build (`inputs_as_built_sha256`) read, where a later record read the same copy
-    (the same bytes: the same rows unpacked by the same pyarrow) and named it."""
+    free = {
+        name: path_free
+        for name, sha in manifests.items()
+        if (path_free := manifest_path_free_sha256(_in_repo(name), sha))
+    }
     return {
-        record["inputs_sha256"][name]: built
-        for record in records
-        for name, built in (record.get("inputs_as_built_sha256") or {}).items()
-        if name in (record.get("inputs_sha256") or {})
+        "inputs_sha256": read,
+        **({"inputs_as_built_sha256": built} if built else {}),
+        **({"inputs_path_free_sha256": free} if free else {}),
     }
 
 
-def data_identity(record: dict, carried: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The contents a record read, each file by its sha256 as built: a carried copy's manifest by the one it was
-    carried from (`inputs_as_built_sha256`, or for a record made before that was kept, `carried`: `carried_copies`
-    of the ledger), every other file by its own. Two runs on the same rows, one where they were built and one on a
-    copy carried to a GPU machine, name the same contents."""
-    built, carried = record.get("inputs_as_built_sha256") or {}, carried or {}
-    return {name: built.get(name) or carried.get(sha, sha) for name, sha in (record.get("inputs_sha256") or {}).items()}
+def data_identities(records: Iterable[dict]) -> dict[str, str]:
+    """What the ledger knows of the manifests its records name by their bytes: each sha256 to the manifest's
+    path-free sha256 as built (`inputs_path_free_sha256` of a record that read it; `manifests` of a data step that
+    wrote or found it), so that records made before they kept it, or on a machine whose folders lie elsewhere, name
+    the same data alike; and each carried copy's sha256 to its build's (`inputs_as_built_sha256` of a later record
+    that read the same copy: the same bytes, the same rows unpacked by the same pyarrow), or on to the build's
+    path-free sha256 where that is known."""
+    carried: dict[str, str] = {}
+    path_free: dict[str, str] = {}
+    for record in records:
+        read = record.get("inputs_sha256") or {}
+        built = record.get("inputs_as_built_sha256") or {}
+        carried.update({read[name]: sha for name, sha in built.items() if name in read})
+        for name, free in (record.get("inputs_path_free_sha256") or {}).items():
+            if name in read:
+                path_free[built.get(name, read[name])] = free
+        path_free.update(record.get("manifests") or {})  # a data step's
+    return {**path_free, **{copy: path_free.get(build, build) for copy, build in carried.items()}}
+
+
+def data_identity(record: dict, known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The contents a record read, each file by the most its sha256 is known as: a manifest by its path-free sha256
+    as built (the record's `inputs_path_free_sha256`, or for a record made before that was kept, `known`:
+    `data_identities` of the ledger), else by its sha256 as built (a carried copy's manifest by the one it was
+    carried from); a file known no further (word vectors: their bytes are their content) by its own sha256. Two
+    runs on the same rows, one where they were built and one on a copy carried to a GPU machine or built from
+    ../shared/data at another path, name the same contents."""
+    built, free, known = (
+        record.get("inputs_as_built_sha256") or {},
+        record.get("inputs_path_free_sha256") or {},
+        known or {},
+    )
+    return {
+        name: free.get(name) or known.get(built.get(name, sha), built.get(name, sha))
+        for name, sha in (record.get("inputs_sha256") or {}).items()
+    }
+
+
+def known_by_bytes_only(record: dict, name: str, known: Mapping[str, str] | None = None) -> bool:
+    """Whether what a record read as `name` is known only by its bytes (as read or as built): a manifest that no
+    record or data step in the ledger named path-free, so that the same rows built at another path look other."""
+    identity = data_identity(record, known).get(name)
+    return identity in (
+        (record.get("inputs_sha256") or {}).get(name),
+        (record.get("inputs_as_built_sha256") or {}).get(name),
+    )
 
 
 def _in_repo(path: str) -> str:  # relative paths are the repository's, as the commands name them
@@ -524,7 +562,10 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
             with open(os.path.join(out, "logs", f"data-{step.key}.log"), "w") as log:
                 run_job(step.argv, env, log, summary=False)
             record = {"command": shown(step.argv), "seconds": round(time.time() - started, 1)}
-            ledger.add(f"data:{step.key}", dict(record, **corpus_summary(step)))
+            earlier = ledger.records.get(f"data:{step.key}", {}).get("manifests")  # records may name them
+            ledger.add(
+                f"data:{step.key}", dict(record, **corpus_summary(step), **({"manifests": earlier} if earlier else {}))
+            )
 
     def recorded_seconds(steps: list[DataStep]) -> float:
         return sum(ledger.records.get(f"data:{step.key}", {}).get("seconds", 0) for step in steps)
@@ -534,7 +575,33 @@ def prepare_data(out: str, env: dict, ledger: Ledger, only: set[str], lanes: int
     with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
         for future in [pool.submit(run_chain, steps) for steps in longest_first]:
             future.result()
-    return time.time() - started if chains else 0.0
+    seconds = time.time() - started if chains else 0.0
+    attest_manifests(out, ledger, only)
+    return seconds
+
+
+def attest_manifests(out: str, ledger: Ledger, only: set[str]) -> None:
+    """Keep in the record of each data step that `only` names and that wrote a manifest here (run now or before)
+    the manifest's sha256 with its path-free sha256 (`manifests`; every one kept, since records made on an earlier
+    build name it), so that records naming it by its bytes, made before records kept the path-free sha256, are
+    known by it (`data_identities`): a reviewer whose ../shared/data lies elsewhere builds other bytes of the same
+    data. A carried copy is left (its records name its build), and so is a step without a record here."""
+    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256, sha256_file
+
+    for step in data_steps(out):
+        key = f"data:{step.key}"
+        if step.key not in only or not step.done.endswith("manifest.json") or not os.path.exists(step.done):
+            continue
+        sha = sha256_file(step.done)
+        if key not in ledger.records or manifest_as_built_sha256(step.done, sha):
+            continue
+        manifests = ledger.records[key].get("manifests") or {}
+        try:
+            path_free = manifest_path_free_sha256(step.done, sha)
+        except ValueError:  # not JSON: nothing to name it by (training refuses it, naming the file)
+            continue
+        if path_free and manifests.get(sha) != path_free:
+            ledger.add(key, dict(ledger.records[key], manifests={**manifests, sha: path_free}))
 
 
 def corpus_summary(step: DataStep) -> dict:
@@ -581,15 +648,16 @@ def selected_rows(patterns: list[str], everything: bool = False, profile: str = 
     return [r for r in candidates if r in chosen or r.id in needed]
 
 
-def changed_inputs(record: dict, sha256: Callable[[str], str], carried: Mapping[str, str] | None = None) -> list[str]:
+def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[str, str] | None = None) -> list[str]:
     """The files a record read (`inputs_sha256`: its data's manifest, its word vectors) that are here with other
     contents than it read (a data step run again since, on other software, say), by `sha256` (a file's hash, cached
-    by the caller). The same rows count as the same contents: a record on a carried copy of this machine's build, or
-    here a carried copy of what the record read (`data_identity`, with `carried` from the ledger). A file not here
-    tells nothing: the data steps prepare it first."""
-    from pipelines.shards import manifest_as_built_sha256
+    by the caller). The same rows count as the same contents: a manifest here built from folders at other paths
+    than the record's machine had, a record on a carried copy of this machine's build, or here a carried copy of
+    what the record read (`data_identity`, with `known` from the ledger). A file not here tells nothing: the data
+    steps prepare it first."""
+    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256
 
-    identity, changed = data_identity(record, carried), []
+    identity, changed = data_identity(record, known), []
     for path, recorded in record.get("inputs_sha256", {}).items():
         here = _in_repo(path)
         if not os.path.exists(here):
@@ -597,8 +665,11 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], carried: Mapping[
         sha_here = sha256(here)
         if sha_here == recorded:
             continue
-        built_here = manifest_as_built_sha256(here, sha_here) if path.endswith("manifest.json") else None
-        if identity[path] not in (sha_here, built_here):
+        same: set[str | None] = {sha_here}
+        if path.endswith("manifest.json"):
+            built_here = manifest_as_built_sha256(here, sha_here)
+            same |= {built_here, manifest_path_free_sha256(here, sha_here), (known or {}).get(built_here or sha_here)}
+        if identity[path] not in same:
             changed.append(path)
     return changed
 
@@ -609,7 +680,7 @@ def rerun_reason(
     retest: bool = False,
     sha256: Callable[[str], str] | None = None,
     use_gpu: bool = False,
-    carried: Mapping[str, str] | None = None,
+    known: Mapping[str, str] | None = None,
 ) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
@@ -631,7 +702,7 @@ def rerun_reason(
         return "recorded without the sha256 of the data and word vectors it read (--retest)"
     if retest and not on_gpu and "cpu" not in record:
         return "recorded without the CPU it ran on (--retest)"
-    changed = changed_inputs(record, sha256, carried) if retest and sha256 is not None else []
+    changed = changed_inputs(record, sha256, known) if retest and sha256 is not None else []
     if changed:
         return f"read other contents of {', '.join(changed)} than this machine's (--retest)"
     return None
@@ -693,13 +764,13 @@ def due_runs(
     from pipelines.shards import sha256_file
 
     sha256 = functools.cache(sha256_file)  # each data file hashed once, not once per run that read it
-    carried = carried_copies(ledger.records.values())
+    known = data_identities(ledger.records.values())
     for run in runs:
         recorded = ledger.records.get(run.name)
         if not recorded or recorded.get("plan") != plan_of(run, out):
             due[run] = Due(None)  # a run cut off before its record resumes from its last checkpoint
             continue
-        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu, carried)
+        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu, known)
         source = source_run(run.row, profile, run.seed)
         if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
             why = "fine-tuned another checkpoint than its pretraining run's record holds"

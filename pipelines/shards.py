@@ -36,19 +36,58 @@ def sha256_file(path: str) -> str:
 CARRIED_FROM = "carried_from.json"
 
 
-def manifest_as_built_sha256(manifest: str, sha256: str | None = None) -> str | None:
-    """The sha256 that `manifest` had as built, where its folder is a carried copy whose every shard's rows were
-    checked against the built ones' content hash on unpacking (`CARRIED_FROM` beside it names both manifests'
-    sha256); None for a folder built where it is, or where the manifest is no longer the one unpacked (written
-    again since: the note is stale). `sha256`: the manifest's own, where the caller has it."""
+def carried_note(manifest: str, sha256: str | None = None) -> dict | None:
+    """What `CARRIED_FROM` beside `manifest` says of the build its folder is a carried copy of (every shard's rows
+    checked against the built ones' content hash on unpacking): the built manifest's sha256 (`built_sha256`), its
+    path-free sha256 (`built_path_free_sha256`, in notes written since it was kept) and the unpacked one's; None
+    for a folder built where it is, or where the manifest is no longer the one unpacked (written again since: the
+    note is stale). `sha256`: the manifest's own, where the caller has it."""
     note = os.path.join(os.path.dirname(manifest), CARRIED_FROM)
     if not os.path.exists(note):
         return None
     with open(note) as f:
         carried = json.load(f)
-    if (sha256 or sha256_file(manifest)) != carried.get("unpacked_sha256"):
-        return None
-    return carried.get("built_sha256")
+    return carried if (sha256 or sha256_file(manifest)) == carried.get("unpacked_sha256") else None
+
+
+def manifest_as_built_sha256(manifest: str, sha256: str | None = None) -> str | None:
+    """The sha256 that `manifest` had as built, where its folder is a carried copy (`carried_note`); else None."""
+    return (carried_note(manifest, sha256) or {}).get("built_sha256")
+
+
+# Where a tokenised folder and what it was built from lie, as its manifest keeps them: `config.input` (the data
+# read, an absolute path where it was given as one), `config.output` (the folder itself), `config.vocab` and
+# `vocab_from` (a vocabulary taken from another folder; `vocab_sha256` names its content) and `reader.stats` (a
+# StackExchangeQA build's statistics). The same rows built from ../shared/data at another absolute path, or into
+# another folder, give a manifest of other bytes that differs only there.
+MANIFEST_PATHS = (("config", "input"), ("config", "output"), ("config", "vocab"), ("vocab_from",), ("reader", "stats"))
+
+
+def path_free_sha256(manifest: dict) -> str:
+    """The sha256 of a manifest's content without the paths it keeps (`MANIFEST_PATHS`), as canonical JSON (keys
+    sorted, no spaces): every shard's sha256, the vocabulary's, the counts and settings, whatever folders the data
+    and the output lay in. Records name data by it, so a run re-run on a machine whose ../shared/data lies
+    elsewhere is known to read what its record read."""
+    content = json.loads(json.dumps(manifest))  # a deep copy: the caller's manifest stays as it was
+    for *parents, field in MANIFEST_PATHS:
+        holder = content
+        for parent in parents:
+            holder = holder.get(parent) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            holder.pop(field, None)
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def manifest_path_free_sha256(manifest: str, sha256: str | None = None) -> str | None:
+    """The path-free sha256 (`path_free_sha256`) of `manifest` as built: its own, or for a carried copy (whose
+    shards are other bytes for the same rows) its build's, as the copy's note names it; None for a copy whose note
+    predates that field."""
+    note = carried_note(manifest, sha256)
+    if note is not None:
+        return note.get("built_path_free_sha256")
+    with open(manifest) as f:
+        return path_free_sha256(json.load(f))
 
 
 def rows_per_shard(ds, cfg) -> int:

@@ -18,8 +18,9 @@ writes every shard with the same rows in the same row groups (the training loop'
 run reads the same batches), checks each file's rows against the packed content hash, and then rewrites the
 manifest's byte count and sha256 of each shard, since another pyarrow writes other bytes for the same rows (its
 version is in the footer). The packed manifest's other fields are kept, and `carried_from.json` beside it names the
-packed manifest's sha256 (the data as built) and the refreshed one's: records of runs there name both, so that they
-and runs where the corpus was built are known to have read the same rows.
+packed manifest's sha256 (the data as built), its path-free sha256 (without the folders it names:
+`pipelines.shards.path_free_sha256`) and the refreshed one's: records of runs there name them, so that they and runs
+where the corpus was built are known to have read the same rows.
 
 What does not fit one upload travels in several (`distribute`): each upload is at most LIMIT bytes with the
 working tree (TREE bytes) beside it; the first holds what call 1 needs (Ray, the wheels, the first corpus), the last
@@ -52,7 +53,7 @@ import pyarrow.parquet as pq
 
 if __package__ in (None, ""):  # run as a script from the repository root: the project's own shard checksum
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from pipelines.shards import CARRIED_FROM, sha256_file  # the manifest's own checksum, as the shard reader checks it
+from pipelines.shards import CARRIED_FROM, path_free_sha256, sha256_file  # the manifest's checksums, as records name it
 
 PACKED_TEXT_COLUMNS = ("question", "answer", "question_ids", "answer_ids")
 
@@ -137,6 +138,7 @@ def unpack_corpus(path: str, folder: str) -> None:
         built = sha256_file(manifest_path)  # as packed, byte for byte: the manifest the rows were built under
         with open(manifest_path) as f:
             manifest = json.load(f)
+        built_path_free = path_free_sha256(manifest)
         for split in manifest.get("splits", {}).values():
             for entry in split.get("files", []):
                 if entry["path"] in written:
@@ -150,6 +152,7 @@ def unpack_corpus(path: str, folder: str) -> None:
             json.dump(
                 {
                     "built_sha256": built,
+                    "built_path_free_sha256": built_path_free,
                     "unpacked_sha256": sha256_file(manifest_path),
                     "rows": "every shard's rows and row groups checked against the packed content hash",
                     "pyarrow": pa.__version__,

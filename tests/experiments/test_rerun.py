@@ -204,6 +204,7 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     import numpy as np
 
     from experiments.runner import inputs_read
+    from pipelines.shards import path_free_sha256
 
     data = make_tokenised(tmp_path / "tokenised")
     vectors, manifest = os.path.join(data, "embeddings.npy"), os.path.join(data, "manifest.json")
@@ -243,6 +244,17 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     assert problem and f"read {manifest} with sha256" in problem
     assert "ran from another folder here than on the record's machine" in problem
     assert "(here /elsewhere/shared/data/wikiqa)" in problem
+    # once the ledger knows the record's manifest without its paths (a data step here named it), the same rows
+    # built from elsewhere are what it read; other rows are refused without blaming the folder
+    on_records_machine = dict(built, config={"input": "/work/shared/data/wikiqa"})
+    known = {record["inputs_sha256"][manifest]: path_free_sha256(on_records_machine)}
+    assert rerun.inputs_problem("r", record, known=known) is None
+    built["splits"]["train"]["rows"] += 1
+    with open(manifest, "w") as f:
+        json.dump(built, f)
+    rerun._sha256.cache_clear()
+    problem = rerun.inputs_problem("r", record, known=known)
+    assert problem and f"read {manifest} with sha256" in problem and "another folder" not in problem
 
 
 def test_word_vectors_a_record_read_without_naming_them_are_prepared_or_the_re_run_refused(tmp_path, monkeypatch):

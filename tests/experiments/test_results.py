@@ -447,7 +447,7 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     """A corpus carried to a GPU machine (infra/offline_gpu/carry.py) holds the same rows in other bytes: a record
     made on the copy names the built manifest beside the one it read, so its row is set beside rows run on the
     build; a record made on the copy before records named the build is known by a later record that read the same
-    copy (the ledger's `carried_copies`). Other rows are still other data."""
+    copy (the ledger's `data_identities`). Other rows are still other data."""
     import importlib.util
     import shutil
 
@@ -466,7 +466,8 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
         return runner.inputs_record({manifest: sha256(manifest)})
 
     on_build = reading()
-    assert on_build == {"inputs_sha256": {manifest: sha256(manifest)}}  # built here: no other name
+    assert on_build["inputs_sha256"] == {manifest: sha256(manifest)}
+    assert "inputs_as_built_sha256" not in on_build  # built here: its bytes are its build's
     carry.pack_corpus(data, str(tmp_path / "wikiqa.xz"))
     shutil.move(data, str(tmp_path / "built"))  # the GPU machine: the same path, the copy unpacked there
     carry.unpack_corpus(str(tmp_path / "wikiqa.xz"), data)
@@ -484,14 +485,14 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     assert writer.what_both_read(on_build, on_copy) == "the same"
 
     # rerun.py and --retest: a record is set against the data here by what it was built as
-    carried = runner.carried_copies(ledger.records.values())
+    known = runner.data_identities(ledger.records.values())
     assert runner.changed_inputs(on_build, sha256) == []  # the copy here, the record on the build
     assert runner.changed_inputs(before_named, sha256) == []  # the same bytes
     shutil.rmtree(data)
     shutil.move(str(tmp_path / "built"), data)  # the build here
     assert runner.changed_inputs(on_copy, sha256) == []
     assert runner.changed_inputs(before_named, sha256) == [manifest]
-    assert runner.changed_inputs(before_named, sha256, carried) == []
+    assert runner.changed_inputs(before_named, sha256, known) == []
 
     # other rows built here: other data, whichever way a record names it
     with open(manifest) as f:
@@ -500,8 +501,82 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     with open(manifest, "w") as f:
         json.dump(rebuilt, f)
     for record in (on_build, on_copy, before_named):
-        assert runner.changed_inputs(record, sha256, carried) == [manifest]
+        assert runner.changed_inputs(record, sha256, known) == [manifest]
     assert cells.inputs_differ([reading(), on_copy], ledger) == f"{manifest} read with other contents"
+
+
+def test_records_name_their_data_without_the_folders_its_manifest_names(tmp_path, monkeypatch):
+    """A manifest keeps the folders it was built from and into, so a reviewer whose ../shared/data lies at another
+    path builds the same rows as a manifest of other bytes. A record names its data by the manifest's path-free
+    sha256 too; a record made before it did is known by it once a data step here named that manifest's bytes
+    (`attest_manifests`, for a step done before as well) or a later record read the same bytes. Then --retest,
+    rerun.py and the page's comparisons take the rebuilt data for what the record read; other rows stay other."""
+    from pipelines.shards import sha256_file as sha256
+    from tests.conftest import make_tokenised
+
+    out = str(tmp_path / "out")
+    data = make_tokenised(os.path.join(out, "data", "wikiqa"), questions=8, candidates=5)
+    manifest = os.path.join(data, "manifest.json")
+
+    def built_from(shared_data: str) -> None:  # the manifest as jobs/tokenize_corpora.py writes it from there
+        with open(manifest) as f:
+            content = json.load(f)
+        content["config"] = {"input": f"{shared_data}/wikiqa", "output": "out/results/data/wikiqa", "min_count": 1}
+        with open(manifest, "w") as f:
+            json.dump(content, f)
+
+    built_from("/work/shared/data")
+    before_kept = {"inputs_sha256": {manifest: sha256(manifest)}}  # a record from before the path-free sha256
+    kept = runner.inputs_record({manifest: sha256(manifest)})
+    path_free = kept["inputs_path_free_sha256"][manifest]
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger.add("data:wikiqa", {"command": "python jobs/tokenize_corpora.py ...", "seconds": 1.0})
+    runner.attest_manifests(out, ledger, {"wikiqa", "trecqa"})  # a step done before; trecqa is not here
+    assert ledger.records["data:wikiqa"]["manifests"] == {sha256(manifest): path_free}
+    assert "data:trecqa" not in ledger.records
+
+    built_from("/home/reviewer/shared/data")  # the reviewer's machine: the same rows, another manifest
+    assert runner.changed_inputs(before_kept, sha256) == [manifest]  # known by its bytes only
+    known = runner.data_identities(ledger.records.values())
+    assert runner.changed_inputs(before_kept, sha256, known) == []
+    assert runner.changed_inputs(kept, sha256) == []
+    there = runner.inputs_record({manifest: sha256(manifest)})
+    assert there["inputs_sha256"] != kept["inputs_sha256"] and there["inputs_path_free_sha256"] == {manifest: path_free}
+    assert cells.inputs_differ([before_kept, kept, there], ledger) is None
+    assert cells.inputs_differ([before_kept, there]) == f"{manifest} read with other contents"  # no ledger
+    assert writer.what_both_read(kept, there) == "the same"
+    assert runner.rerun_reason(before_kept | {"per_question": {}, "cpu": {}}, True, True, sha256, known=known) is None
+
+    # a record, not a data step, names the bytes it read: the same knowledge
+    only_records = runner.data_identities([before_kept, kept])
+    assert runner.changed_inputs(before_kept, sha256, only_records) == []
+
+    # the data step run again there: the manifest written before stays named beside the new one
+    with open(manifest) as f:
+        rows_there = f.read()
+
+    def data_step(argv, env, log, summary):  # the same rows, from a third folder
+        with open(manifest, "w") as f:
+            f.write(rows_there)
+        built_from("/again/shared/data")
+
+    monkeypatch.setattr(runner, "run_job", data_step)
+    os.remove(manifest)
+    runner.prepare_data(out, {}, ledger, {"wikiqa"}, lanes=1)
+    assert ledger.records["data:wikiqa"]["manifests"] == {
+        kept["inputs_sha256"][manifest]: path_free,
+        sha256(manifest): path_free,
+    }
+
+    # other rows: other data, however a record names it
+    with open(manifest) as f:
+        content = json.load(f)
+    content["splits"]["train"]["rows"] += 1
+    with open(manifest, "w") as f:
+        json.dump(content, f)
+    for record in (before_kept, kept, there):
+        assert runner.changed_inputs(record, sha256, known) == [manifest]
+    assert cells.inputs_differ([runner.inputs_record({manifest: sha256(manifest)}), kept], ledger) is not None
 
 
 def test_question_figures_read_a_predictions_file(tmp_path):

@@ -15,7 +15,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.shards import CARRIED_FROM, manifest_as_built_sha256, sha256_file, shard_paths
+from pipelines.shards import (
+    CARRIED_FROM,
+    manifest_as_built_sha256,
+    manifest_path_free_sha256,
+    path_free_sha256,
+    sha256_file,
+    shard_paths,
+)
 from tests.conftest import REPO, make_tokenised
 
 spec = importlib.util.spec_from_file_location("carry", os.path.join(REPO, "infra", "offline_gpu", "carry.py"))
@@ -69,11 +76,18 @@ def test_a_carried_copy_names_the_manifest_it_was_built_under_while_its_manifest
     assert note["built_sha256"] == sha256_file(built) and note["unpacked_sha256"] == sha256_file(copy)
     assert manifest_as_built_sha256(copy) == sha256_file(built)
     assert manifest_as_built_sha256(built) is None  # built here: its own sha256 is its identity
+    # without the folders it names, the copy is known as its build: its own content names other shard bytes
+    with open(built) as f:
+        assert note["built_path_free_sha256"] == path_free_sha256(json.load(f)) == manifest_path_free_sha256(built)
+    with open(copy) as f:
+        assert path_free_sha256(json.load(f)) != manifest_path_free_sha256(copy) == manifest_path_free_sha256(built)
     carry.unpack_corpus(packed, target)  # unpacked again: the same note
     assert manifest_as_built_sha256(copy) == sha256_file(built)
     with open(copy, "a") as f:  # the manifest written again since (a data step run on the copy, say)
         f.write("\n")
     assert manifest_as_built_sha256(copy) is None
+    with open(copy) as f:  # no longer the copy: known by its own content
+        assert manifest_path_free_sha256(copy) == path_free_sha256(json.load(f))
 
 
 def test_an_upload_unpacks_every_corpus_and_build_stats_it_carries(tmp_path):

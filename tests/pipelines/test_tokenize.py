@@ -101,3 +101,67 @@ def test_shards_gather_consecutive_blocks_until_they_hold_enough_rows():
     assert consecutive_groups([3, 0, 5, 2, 0, 4, 1], 5) == [[0, 2], [3, 5], [6]]
     assert consecutive_groups([4, 0, 0], 5) == [[0]]  # the last shard takes what remains, empty blocks left out
     assert consecutive_groups([0, 0], 5) == [] and consecutive_groups([], 5) == []
+
+
+def test_a_manifest_is_named_path_free_by_everything_but_the_folders_it_names():
+    """`path_free_sha256` leaves out exactly the paths a manifest keeps (where its input, output, a borrowed
+    vocabulary and a build's statistics lay); any other field (a shard's sha256, a count, a setting) changes it."""
+    import copy
+
+    from pipelines.shards import MANIFEST_PATHS, path_free_sha256
+
+    manifest = {
+        "dataset": "stackexchangeqa",
+        "vocab_sha256": "ab" * 32,
+        "vocab_from": "/data/other/vocab.json",
+        "config": {"input": "/a/shared/data/x", "output": "out/x", "vocab": "/data/other/vocab.json", "min_count": 1},
+        "reader": {"stats": "out/x-build/stats.json", "sizes": {"train": {"questions": 3}}},
+        "splits": {"train": {"rows": 9, "files": [{"path": "train/part-00000.parquet", "sha256": "cd" * 32}]}},
+    }
+    before = copy.deepcopy(manifest)
+    reference = path_free_sha256(manifest)
+    assert manifest == before  # the caller's manifest is left as it was
+    for *parents, field in MANIFEST_PATHS:
+        moved = copy.deepcopy(manifest)
+        holder = moved
+        for parent in parents:
+            holder = holder[parent]
+        holder[field] = "/elsewhere/" + field
+        assert path_free_sha256(moved) == reference, field
+    assert path_free_sha256({k: manifest[k] for k in reversed(list(manifest))}) == reference  # key order
+    for change in (
+        lambda m: m["splits"]["train"]["files"][0].update(sha256="ce" * 32),
+        lambda m: m["splits"]["train"].update(rows=10),
+        lambda m: m["config"].update(min_count=2),
+        lambda m: m.update(vocab_sha256="ac" * 32),
+        lambda m: m["reader"]["sizes"]["train"].update(questions=4),
+    ):
+        changed = copy.deepcopy(manifest)
+        change(changed)
+        assert path_free_sha256(changed) != reference
+
+
+def test_wikiqa_tokenised_from_shared_data_at_another_path_is_the_same_data(shared_data, ray_local, tmp_path):
+    """The same WikiQA files at another absolute path (a reviewer's clone beside its own ../shared/data), tokenised
+    into another folder: the manifests differ in bytes only by the paths they keep, so their path-free sha256 is the
+    same, and every shard and the vocabulary are the same bytes."""
+    import shutil
+
+    import pytest
+
+    from pipelines.shards import manifest_path_free_sha256, sha256_file
+    from pipelines.tokenize import TokenizeConfig, write
+
+    wikiqa = os.path.join(shared_data, "wikiqa")
+    if not os.path.isdir(wikiqa):
+        pytest.skip(f"{wikiqa} not found")
+    elsewhere = str(tmp_path / "reviewer" / "shared" / "data" / "wikiqa")
+    shutil.copytree(wikiqa, elsewhere)  # a copy, not a link: the path the reader resolves is another
+    here, there = str(tmp_path / "here" / "wikiqa"), str(tmp_path / "there" / "wikiqa")
+    built = write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=here))
+    rebuilt = write(TokenizeConfig(dataset="wikiqa", input=elsewhere, output=there))
+    assert built["config"]["input"] != rebuilt["config"]["input"]
+    a, b = os.path.join(here, "manifest.json"), os.path.join(there, "manifest.json")
+    assert sha256_file(a) != sha256_file(b)
+    assert manifest_path_free_sha256(a) == manifest_path_free_sha256(b)
+    assert built["splits"] == rebuilt["splits"] and built["vocab_sha256"] == rebuilt["vocab_sha256"]
