@@ -585,15 +585,16 @@ def attest_manifests(out: str, ledger: Ledger, only: set[str]) -> None:
     the manifest's sha256 with its path-free sha256 (`manifests`; every one kept, since records made on an earlier
     build name it), so that records naming it by its bytes, made before records kept the path-free sha256, are
     known by it (`data_identities`): a reviewer whose ../shared/data lies elsewhere builds other bytes of the same
-    data. A carried copy is left (its records name its build), and so is a step without a record here."""
-    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256, sha256_file
+    data. A carried copy's manifest is named by its build's path-free sha256 (`manifest_path_free_sha256`), as its
+    records name it. A step without a record here is left."""
+    from pipelines.shards import manifest_path_free_sha256, sha256_file
 
     for step in data_steps(out):
         key = f"data:{step.key}"
         if step.key not in only or not step.done.endswith("manifest.json") or not os.path.exists(step.done):
             continue
         sha = sha256_file(step.done)
-        if key not in ledger.records or manifest_as_built_sha256(step.done, sha):
+        if key not in ledger.records:
             continue
         manifests = ledger.records[key].get("manifests") or {}
         try:

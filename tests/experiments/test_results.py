@@ -479,10 +479,19 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     ledger = runner.Ledger(str(tmp_path / "ledger.json"))
     assert cells.inputs_differ([on_build, on_copy], ledger) is None
     assert cells.inputs_differ([on_build, before_named], ledger) == f"{manifest} read with other contents"
-    ledger.records["full-wikiqa-minilm-gsamn-seed0"] = on_copy  # a later run on the same copy names its build
+    ledger.add("full-wikiqa-minilm-gsamn-seed0", on_copy)  # a later run on the same copy names its build
     assert cells.inputs_differ([on_build, before_named], ledger) is None
     assert cells.inputs_differ([on_build, before_named]) == f"{manifest} read with other contents"  # no ledger
     assert writer.what_both_read(on_build, on_copy) == "the same"
+
+    # a data step that finds the copy names it as its build, path-free, as records on it do
+    out = os.path.dirname(os.path.dirname(data))
+    ledger.add("data:wikiqa", {"command": "python jobs/tokenize_corpora.py ...", "seconds": 1.0})
+    runner.attest_manifests(out, ledger, {"wikiqa"})
+    assert ledger.records["data:wikiqa"]["manifests"] == {
+        sha256(manifest): on_build["inputs_path_free_sha256"][manifest]
+    }
+    assert cells.inputs_differ([on_build, {"inputs_sha256": {manifest: sha256(manifest)}}], ledger) is None
 
     # rerun.py and --retest: a record is set against the data here by what it was built as
     known = runner.data_identities(ledger.records.values())
