@@ -98,6 +98,13 @@ def redirected(argv: list[str], scratch: str, name: str) -> list[str]:
     return out
 
 
+def out_as_named(scratch: str) -> str:
+    """The re-run's OUT as its check names it: relative to the repository where it lies inside (out/rerun), else
+    "OUT", so that the ledger and the page hold no machine's absolute path."""
+    relative = os.path.relpath(os.path.abspath(scratch), REPO)
+    return relative if not relative.startswith("..") else "OUT"
+
+
 def first_figure(test: dict) -> str | None:
     """The first of PRIMARY_FIGURES that a record's test figures hold, or None."""
     return next((m for m in PRIMARY_FIGURES if isinstance(test.get(m), (int, float))), None)
@@ -423,7 +430,7 @@ def rerun(
     check = {
         "record": name,
         "commit": record["commit"],
-        "argv": argvs,
+        "argv": [redirected(argv, out_as_named(scratch), name) for argv in record["argv"]],
         "device": device_name(1 if gpu else None),
         "recorded_device": record.get("device", "cpu"),
         "cpu": cpu_here,

@@ -383,6 +383,10 @@ def test_a_recorded_training_run_reruns_from_its_commit_to_the_same_figures(tmp_
     assert os.path.exists(tmp_path / "rerun" / "predictions" / "tiny.jsonl")
     assert sorted(os.listdir(tmp_path / "runs" / "tiny")) == before  # the recorded run is left as it was
     assert Ledger(ledger_path).records["rerun:tiny"]["rerun"] == record["test"]["map"]
+    # what the re-run wrote, outside the repository, is named OUT: no machine path in the ledger
+    rerun_argv = Ledger(ledger_path).records["rerun:tiny"]["argv"][0]
+    assert rerun_argv[rerun_argv.index("--storage-path") + 1] == "OUT/runs"
+    assert rerun_argv[rerun_argv.index("--test-output") + 1] == "OUT/predictions/tiny.jsonl"
     assert "the same within 0.002" in done.stderr
 
 
