@@ -95,10 +95,10 @@ def inputs_differ(records: Iterable[dict], ledger: Ledger | None = None) -> str 
     """Why runs meant to read the same data may not have, from their records' `inputs_sha256` (the data manifest
     and word vectors each read, by content: a manifest by its sha256 without the folders it names, a carried
     copy's by the one it was carried from, with what the `ledger` knows of them: `runner.data_identity`): a file
-    that two of them read with other contents, or
-    runs that recorded what they read beside runs that did not (made before records kept it, such as a row re-run
-    in part). None where the files they share agree, or where no run recorded its inputs (nothing to set against
-    each other). Files only some runs read (another set of vectors, by design) are not compared."""
+    that two of them read with other contents, or runs that recorded what they read beside runs that did not (made
+    before records kept it, such as a row re-run in part). None where the files they share agree, or where no run
+    recorded its inputs (nothing to set against each other). Files only some runs read (another set of vectors, by
+    design) are not compared."""
     records = list(records)
     known = data_identities(ledger.records.values()) if ledger is not None else None
     recorded = [data_identity(r, known) for r in records if r.get("inputs_sha256")]

@@ -726,9 +726,8 @@ def efficiency_section(cases: list | None, ledger: Ledger) -> list[str]:
 def what_both_read(before: dict, record: dict, known: Mapping[str, str] | None = None) -> str:
     """Whether a run and the record it replaced read the same data and word vectors (a manifest by its content
     without the folders it names, a carried copy's by the one it was carried from: `data_identity`, `known` from
-    the ledger), and (a fine-tuning run) started from
-    the same checkpoint, by sha256: a run due again because it read other data, or because its pretraining ran
-    again, is not expected to re-run to the same figures."""
+    the ledger), and (a fine-tuning run) started from the same checkpoint, by sha256: a run due again because it
+    read other data, or because its pretraining ran again, is not expected to re-run to the same figures."""
     starts = before.get("init_checkpoint_sha256"), record.get("init_checkpoint_sha256")
     if starts[0] != starts[1]:
         return "another starting checkpoint" if all(starts) else "not recorded before"

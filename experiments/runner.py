@@ -591,11 +591,11 @@ def attest_manifests(out: str, ledger: Ledger, only: set[str]) -> None:
 
     for step in data_steps(out):
         key = f"data:{step.key}"
-        if step.key not in only or not step.done.endswith("manifest.json") or not os.path.exists(step.done):
+        if step.key not in only or key not in ledger.records or not step.done.endswith("manifest.json"):
+            continue
+        if not os.path.exists(step.done):
             continue
         sha = sha256_file(step.done)
-        if key not in ledger.records:
-            continue
         manifests = ledger.records[key].get("manifests") or {}
         try:
             path_free = manifest_path_free_sha256(step.done, sha)
