@@ -443,6 +443,15 @@ def row_mean(ledger, row):
     return row_figures(row, ledger)["map"][0]
 
 
+def one_more_training_row(manifest: str) -> None:
+    """The manifest of other rows than it named (a data step run again on other data, say)."""
+    with open(manifest) as f:
+        content = json.load(f)
+    content["splits"]["train"]["rows"] += 1
+    with open(manifest, "w") as f:
+        json.dump(content, f)
+
+
 def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_data(tmp_path):
     """A corpus carried to a GPU machine (infra/offline_gpu/carry.py) holds the same rows in other bytes: a record
     made on the copy names the built manifest beside the one it read, so its row is set beside rows run on the
@@ -504,11 +513,7 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     assert runner.changed_inputs(before_named, sha256, known) == []
 
     # other rows built here: other data, whichever way a record names it
-    with open(manifest) as f:
-        rebuilt = json.load(f)
-    rebuilt["splits"]["train"]["rows"] += 1
-    with open(manifest, "w") as f:
-        json.dump(rebuilt, f)
+    one_more_training_row(manifest)
     for record in (on_build, on_copy, before_named):
         assert runner.changed_inputs(record, sha256, known) == [manifest]
     assert cells.inputs_differ([reading(), on_copy], ledger) == f"{manifest} read with other contents"
@@ -578,11 +583,7 @@ def test_records_name_their_data_without_the_folders_its_manifest_names(tmp_path
     }
 
     # other rows: other data, however a record names it
-    with open(manifest) as f:
-        content = json.load(f)
-    content["splits"]["train"]["rows"] += 1
-    with open(manifest, "w") as f:
-        json.dump(content, f)
+    one_more_training_row(manifest)
     for record in (before_kept, kept, there):
         assert runner.changed_inputs(record, sha256, known) == [manifest]
     assert cells.inputs_differ([runner.inputs_record({manifest: sha256(manifest)}), kept], ledger) is not None
