@@ -460,17 +460,13 @@ def inputs_record(read: dict[str, str]) -> dict[str, dict[str, str]]:
     another path is known to read the same data; and where a data folder is a carried copy (infra/offline_gpu/
     carry.py: the same rows, written by another pyarrow), `inputs_as_built_sha256`, its manifest's sha256 as built,
     so that the record is set beside runs on the build (`data_identity`); a copy's path-free sha256 is its build's."""
-    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256
+    from pipelines.shards import manifest_as_built
 
-    manifests = {name: sha for name, sha in read.items() if name.endswith("manifest.json")}
-    built = {
-        name: as_built for name, sha in manifests.items() if (as_built := manifest_as_built_sha256(_in_repo(name), sha))
+    manifests = {
+        name: manifest_as_built(_in_repo(name), sha) for name, sha in read.items() if name.endswith("manifest.json")
     }
-    free = {
-        name: path_free
-        for name, sha in manifests.items()
-        if (path_free := manifest_path_free_sha256(_in_repo(name), sha))
-    }
+    built = {name: as_built for name, (as_built, _) in manifests.items() if as_built}
+    free = {name: path_free for name, (_, path_free) in manifests.items() if path_free}
     return {
         "inputs_sha256": read,
         **({"inputs_as_built_sha256": built} if built else {}),
@@ -656,7 +652,7 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[st
     than the record's machine had, a record on a carried copy of this machine's build, or here a carried copy of
     what the record read (`data_identity`, with `known` from the ledger). A file not here tells nothing: the data
     steps prepare it first."""
-    from pipelines.shards import manifest_as_built_sha256, manifest_path_free_sha256
+    from pipelines.shards import manifest_as_built
 
     identity, changed = data_identity(record, known), []
     for path, recorded in record.get("inputs_sha256", {}).items():
@@ -668,8 +664,8 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[st
             continue
         same: set[str | None] = {sha_here}
         if path.endswith("manifest.json"):
-            built_here = manifest_as_built_sha256(here, sha_here)
-            same |= {built_here, manifest_path_free_sha256(here, sha_here), (known or {}).get(built_here or sha_here)}
+            built_here, path_free_here = manifest_as_built(here, sha_here)
+            same |= {built_here, path_free_here, (known or {}).get(built_here or sha_here)}
         if identity[path] not in same:
             changed.append(path)
     return changed

@@ -50,11 +50,6 @@ def carried_note(manifest: str, sha256: str | None = None) -> dict | None:
     return carried if (sha256 or sha256_file(manifest)) == carried.get("unpacked_sha256") else None
 
 
-def manifest_as_built_sha256(manifest: str, sha256: str | None = None) -> str | None:
-    """The sha256 that `manifest` had as built, where its folder is a carried copy (`carried_note`); else None."""
-    return (carried_note(manifest, sha256) or {}).get("built_sha256")
-
-
 # Where a tokenised folder and what it was built from lie, as its manifest keeps them: `config.input` (the data
 # read, an absolute path where it was given as one), `config.output` (the folder itself), `config.vocab` and
 # `vocab_from` (a vocabulary taken from another folder; `vocab_sha256` names its content) and `reader.stats` (a
@@ -79,15 +74,21 @@ def path_free_sha256(manifest: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def manifest_path_free_sha256(manifest: str, sha256: str | None = None) -> str | None:
-    """The path-free sha256 (`path_free_sha256`) of `manifest` as built: its own, or for a carried copy (whose
-    shards are other bytes for the same rows) its build's, as the copy's note names it; None for a copy whose note
-    predates that field."""
+def manifest_as_built(manifest: str, sha256: str | None = None) -> tuple[str | None, str | None]:
+    """What `manifest` was as built, from one reading of the note beside it (`carried_note`): its sha256 as built
+    where its folder is a carried copy, else None; and its path-free sha256 (`path_free_sha256`) as built: its own,
+    or for a carried copy (whose shards are other bytes for the same rows) its build's, as the note names it, None
+    for a note that predates that field. `sha256`: the manifest's own, where the caller has it."""
     note = carried_note(manifest, sha256)
     if note is not None:
-        return note.get("built_path_free_sha256")
+        return note.get("built_sha256"), note.get("built_path_free_sha256")
     with open(manifest) as f:
-        return path_free_sha256(json.load(f))
+        return None, path_free_sha256(json.load(f))
+
+
+def manifest_path_free_sha256(manifest: str, sha256: str | None = None) -> str | None:
+    """The path-free sha256 of `manifest` as built (`manifest_as_built`)."""
+    return manifest_as_built(manifest, sha256)[1]
 
 
 def rows_per_shard(ds, cfg) -> int:

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.shards import (
     CARRIED_FROM,
-    manifest_as_built_sha256,
+    manifest_as_built,
     manifest_path_free_sha256,
     path_free_sha256,
     sha256_file,
@@ -74,18 +74,18 @@ def test_a_carried_copy_names_the_manifest_it_was_built_under_while_its_manifest
     with open(os.path.join(target, CARRIED_FROM)) as f:
         note = json.load(f)
     assert note["built_sha256"] == sha256_file(built) and note["unpacked_sha256"] == sha256_file(copy)
-    assert manifest_as_built_sha256(copy) == sha256_file(built)
-    assert manifest_as_built_sha256(built) is None  # built here: its own sha256 is its identity
+    assert manifest_as_built(copy)[0] == sha256_file(built)
+    assert manifest_as_built(built)[0] is None  # built here: its own sha256 is its identity
     # without the folders it names, the copy is known as its build: its own content names other shard bytes
     with open(built) as f:
         assert note["built_path_free_sha256"] == path_free_sha256(json.load(f)) == manifest_path_free_sha256(built)
     with open(copy) as f:
         assert path_free_sha256(json.load(f)) != manifest_path_free_sha256(copy) == manifest_path_free_sha256(built)
     carry.unpack_corpus(packed, target)  # unpacked again: the same note
-    assert manifest_as_built_sha256(copy) == sha256_file(built)
+    assert manifest_as_built(copy)[0] == sha256_file(built)
     with open(copy, "a") as f:  # the manifest written again since (a data step run on the copy, say)
         f.write("\n")
-    assert manifest_as_built_sha256(copy) is None
+    assert manifest_as_built(copy)[0] is None
     with open(copy) as f:  # no longer the copy: known by its own content
         assert manifest_path_free_sha256(copy) == path_free_sha256(json.load(f))
 
