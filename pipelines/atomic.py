@@ -63,7 +63,8 @@ def recognised_by(name: str, *keys: str):
 def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "--output") -> None:
     """Raise OutputError if writing the folder `target` would destroy what the user did not ask to replace.
 
-    Refused: `target` is an existing file (or anything but a folder); `target` is one of `inputs` or holds one;
+    Refused: `target` is an existing file (or anything but a folder); `target` is one of `inputs`, holds one or
+    lies inside an input folder (replacing that input, an earlier output of ours say, would delete it);
     `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
     returning True for outputs written before markers existed). A missing or empty folder is fine."""
     real = real_path(target)
@@ -75,6 +76,11 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
             raise OutputError(
                 f"{option} {target}: {what} the input {path}; replacing it would delete that input "
                 "(name another folder)"
+            )
+        if path and "://" not in str(path) and os.path.isdir(path) and within_folder(real, real_path(str(path))):
+            raise OutputError(
+                f"{option} {target}: lies inside the input folder {path}; replacing that input would delete it "
+                "(name a folder beside it)"
             )
     if not os.path.isdir(target) or not os.listdir(target):
         return

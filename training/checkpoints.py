@@ -174,6 +174,18 @@ def checkpoint_weights_sha256(directory: str) -> str:
     return weights_sha256(load_state_file(os.path.join(directory, STATE_FILE)))
 
 
+def state_sha256(path: str) -> str | None:
+    """The sha256 of the checkpoint `path`'s state.pt (what a record calls its checkpoint_sha256), from its
+    checksums.json where it has one (checked by every load), else hashed; None for a checkpoint at a URI."""
+    if "://" in path:
+        return None
+    try:
+        with open(os.path.join(path, CHECKSUMS_FILE)) as f:
+            return json.load(f)["sha256"][STATE_FILE]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sha256_file(os.path.join(path, STATE_FILE))
+
+
 def checkpoint_problem(directory: str) -> str | None:
     """Why the local checkpoint folder `directory` cannot be trusted (a file missing, or not the bytes its
     checksum says), or None. A checkpoint written before checksums were recorded is checked for its files only."""

@@ -252,6 +252,14 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
             f"{cfg.data}: vocabulary of {manifest['vocab_size']} tokens, the checkpoint was trained "
             f"with {trained_vocab} ({checkpoint}); tokenise with the run's vocabulary"
         )
+    ours, theirs = manifest.get("vocab_sha256"), saved.get("vocab_sha256")
+    if not train_cfg.encoder_path and ours and theirs and ours != theirs:
+        # the same size is no proof: two vocabularies capped by --max-vocab have the same size and other words
+        raise UsageError(
+            f"{cfg.data}: tokenised with another vocabulary than the checkpoint's ({checkpoint}; vocab.json "
+            f"sha256 {ours[:12]} here, {theirs[:12]} there), so its word ids name other words; tokenise it with "
+            f"tokenize_corpora.py --vocab {train_cfg.data}"
+        )
     paths, schema = shard_paths(cfg.data, cfg.split)
     batcher = Batcher(
         train_cfg,

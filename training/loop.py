@@ -576,6 +576,9 @@ class WorkerRun:
                     "model_config": asdict(core.config),
                     "vocab_size": self.vocab_size,
                     "vocab_sha256": self.config["vocab_sha256"],
+                    # what a resume checks it shares (trainer.check_resume_start)
+                    "data_path_free_sha256": self.config.get("data_path_free_sha256"),
+                    "init_checkpoint_sha256": self.config.get("init_checkpoint_sha256"),
                     "text": self.config.get("text") or {},
                     "step": self.step,
                     "dev": plain(metrics.get("dev") or {}),

@@ -23,6 +23,7 @@ from training.checkpoints import (
     run_dir,
     run_result,
     scored_checkpoints,
+    state_sha256,
     usable_checkpoint,
     write_jsonl,
 )
@@ -62,6 +63,10 @@ class RunPlan:
     model_config: Any  # the model's config dataclass (each model has its own)
     init_from: str | None = None
     pretrained: dict | None = None
+    # what a resume must share with the run it resumes (kept in every checkpoint's config.json): the data's manifest
+    # without the folders it names, and the state.pt sha256 of the checkpoint --init-from resolved to
+    data_path_free_sha256: str | None = None
+    init_checkpoint_sha256: str | None = None
     resume_from: str | None = None  # the checkpoint a resume starts from (the latest intact one)
     damaged_latest: str | None = None  # Ray Train's latest checkpoint, where it is damaged
 
@@ -69,9 +74,10 @@ class RunPlan:
 def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     """Everything a run would refuse before training, checked without Ray: the data (manifest, splits, shards
     against the manifest, rows enough for the workers), word vectors, --init-from, the model configuration, and
-    the run folder (a folder of something else, or the data, is refused; a damaged latest checkpoint is reported
-    and the newest intact one chosen; a checkpoint of another model or configuration is refused)."""
-    from pipelines.shards import shard_paths
+    the run folder (a folder of something else, the data or a folder inside it, or the --init-from run, is
+    refused; a damaged latest checkpoint is reported and the newest intact one chosen; a checkpoint of another
+    model or configuration, or of other data or another start, is refused)."""
+    from pipelines.shards import path_free_sha256, shard_paths
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
@@ -122,6 +128,8 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
         model_config=config,
         init_from=init_from,
         pretrained=pretrained,
+        data_path_free_sha256=path_free_sha256(manifest),
+        init_checkpoint_sha256=state_sha256(init_from) if init_from else None,
     )
     check_run_folder(cfg, plan, log)
     return plan
@@ -151,16 +159,32 @@ def _run_artefact(name: str) -> bool:
 
 
 def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
-    """The run folder STORAGE/NAME: refused where it is or holds --data, or holds files that are not a run's;
-    where it holds checkpoints, the one a resume starts from (Ray Train's latest, or the newest intact one before
-    it, reported) must be of the same model and model configuration."""
+    """The run folder STORAGE/NAME: refused where it is, holds or lies inside --data (a new tokenisation there
+    would delete it), where it holds the checkpoint --init-from names (the run would resume that run, not start
+    from it, and rotate its checkpoints away), or where it holds files that are not a run's; where it holds
+    checkpoints, the one a resume starts from (Ray Train's latest, or the newest intact one before it, reported)
+    must be of the same model and model configuration, trained on the same data from the same start."""
     from pipelines.atomic import real_path, within_folder
 
     run = run_dir(cfg)
     local = "://" not in run
+    where = f"--storage-path {cfg.storage_path} --name {cfg.name}"
     if local and within_folder(real_path(cfg.data), real_path(run)):
+        raise UsageError(f"{where}: the run folder {run} is or holds --data {cfg.data}")
+    if local and within_folder(real_path(run), real_path(cfg.data)):
         raise UsageError(
-            f"--storage-path {cfg.storage_path} --name {cfg.name}: the run folder {run} is or holds --data {cfg.data}"
+            f"{where}: the run folder {run} lies inside --data {cfg.data}, where tokenising again would delete "
+            "it; put runs beside the data"
+        )
+    if (
+        local
+        and plan.init_from
+        and "://" not in plan.init_from
+        and within_folder(real_path(plan.init_from), real_path(run))
+    ):
+        raise UsageError(
+            f"{where}: the run folder {run} holds --init-from's checkpoint {plan.init_from}; this run would resume "
+            "that run instead of starting from it, and rotate its checkpoints away: choose another --name"
         )
     if local and os.path.isdir(run):
         strangers = [name for name in sorted(os.listdir(run)) if not _run_artefact(name)]
@@ -199,6 +223,38 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
             f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step}) of another model "
             f"configuration ({'; '.join(differ[:3])}); a resume needs the same one: choose another "
             "--name, or remove the folder to start over"
+        )
+    check_resume_start(cfg, plan, run, saved)
+
+
+def check_resume_start(cfg: TrainConfig, plan: RunPlan, run: str, saved: dict) -> None:
+    """A resume continues the run in `run` (its checkpoint's config.json: `saved`) only on the data it trained on
+    (its manifest without the folders it names; a checkpoint from before that was kept: its vocabulary) and from
+    the start it began from (none, or the same --init-from checkpoint, by its state.pt sha256): otherwise the run's
+    steps would mix two data sets or two starts under one name."""
+    step = saved.get("step", "?")
+    held = f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step})"
+    remedy = "choose another --name, or remove the folder to start over"
+    theirs, ours = saved.get("data_path_free_sha256"), plan.data_path_free_sha256
+    field = "manifest"
+    if not theirs:  # a checkpoint from before data_path_free_sha256 was kept
+        theirs, ours, field = saved.get("vocab_sha256"), plan.manifest.get("vocab_sha256"), "vocabulary"
+    if theirs and ours and theirs != ours:
+        raise UsageError(
+            f"{held} trained on other data than --data {cfg.data} (its {field}'s sha256 {theirs[:12]} there, "
+            f"{ours[:12]} here; it read {saved['train'].get('data')}); a resume needs the same data: {remedy}"
+        )
+    began = saved["train"].get("init_from")
+    if bool(began) != bool(plan.init_from):
+        there = f"from --init-from {began}" if began else "from scratch"
+        here = f"from --init-from {cfg.init_from}" if plan.init_from else "from scratch"
+        raise UsageError(f"{held} that started {there}, this command starts {here}; {remedy}")
+    theirs, ours = saved.get("init_checkpoint_sha256"), plan.init_checkpoint_sha256
+    if theirs and ours and theirs != ours:
+        raise UsageError(
+            f"{held} that started from another checkpoint than --init-from {cfg.init_from} resolves to "
+            f"{plan.init_from} (state.pt sha256 {theirs[:12]} there, {ours[:12]} here; it named {began}); "
+            f"a resume needs the same start: {remedy}"
         )
 
 
@@ -249,6 +305,8 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "from_data": data_fields(manifest),
             "init_from": init_from,
             "pretrained_config": pretrained,
+            "data_path_free_sha256": plan.data_path_free_sha256,
+            "init_checkpoint_sha256": plan.init_checkpoint_sha256,
             "vocab_sha256": manifest.get("vocab_sha256"),
             "vocab_path": os.path.join(os.path.abspath(cfg.data), "vocab.json"),
             # how the data's text became tokens: what a checkpoint's user needs to feed it new text

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,7 +109,8 @@ def test_build_refuses_an_output_folder_that_holds_its_dump(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "case", ["existing file", "foreign folder", "another job's output", "input itself", "input's parent"]
+    "case",
+    ["existing file", "foreign folder", "another job's output", "input itself", "input's parent", "inside the input"],
 )
 def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, case):
     elsewhere = tmp_path / "elsewhere"
@@ -124,6 +126,7 @@ def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, cas
         "another job's output": (str(tmp_path / "earlier"), "an output of build_stackexchangeqa"),
         "input itself": (tiny, f"is the input {tiny}"),
         "input's parent": (str(tmp_path), f"holds the input {tiny}"),
+        "inside the input": (os.path.join(tiny, "tokenised"), f"lies inside the input folder {tiny}"),
     }[case]
     before = tree(tmp_path)
     assert _exit_code("tokenize_corpora", ["--dataset", "stackexchangeqa", "--input", tiny, "--output", output]) == 2
@@ -154,6 +157,31 @@ def test_a_results_file_never_replaces_an_input(tmp_path, tiny, capsys, job, opt
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "writing it would destroy that input" in err and target.split(".")[0] in err
     assert tree(tmp_path) == before
+
+
+def test_a_checkpoint_is_not_scored_on_data_of_another_vocabulary_of_its_size(tmp_path, tiny, capsys):
+    """Word ids mean words only under the vocabulary they were made with: the same size (two vocabularies capped
+    by --max-vocab) is no proof, so evaluate.py compares the vocabularies' sha256 as --init-from does."""
+    from pipelines.shards import sha256_file
+
+    checkpoint = _checkpoint(tmp_path / "checkpoint", tiny)
+    other = shutil.copytree(tiny, tmp_path / "other-vocabulary")
+    with open(other / "vocab.json") as f:
+        vocabulary = json.load(f)
+    vocabulary["tokens"][4:] = vocabulary["tokens"][:3:-1]  # the same words, other ids: 'porter' is 4 now
+    with open(other / "vocab.json", "w") as f:
+        json.dump(vocabulary, f)
+    with open(other / "manifest.json") as f:
+        manifest = json.load(f)
+    manifest["vocab_sha256"] = sha256_file(str(other / "vocab.json"))
+    with open(other / "manifest.json", "w") as f:
+        json.dump(manifest, f)
+
+    assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{other}: tokenised with another vocabulary than the checkpoint's ({checkpoint};" in err
+    assert err.endswith(f"tokenise it with tokenize_corpora.py --vocab {tiny}")
+    assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", tiny]) == 0
 
 
 def test_an_earlier_output_is_replaced_whole_and_only_ours_are_cleaned_up(tmp_path):
@@ -195,16 +223,51 @@ def test_an_earlier_output_is_replaced_whole_and_only_ours_are_cleaned_up(tmp_pa
 def test_a_run_folder_that_is_the_data_or_holds_other_files_is_refused(tmp_path, tiny, capsys):
     (tmp_path / "thesis").mkdir()
     (tmp_path / "thesis" / "chapter1.tex").write_text("mine")
+    start = _checkpoint(tmp_path / "runs" / "pretrain" / "checkpoint_2026-12-05_00-00-00.000000", tiny)
     before = tree(tmp_path)
-    for storage, name, fragment in (
-        (str(tmp_path), "tokenised", "is or holds --data"),
-        (str(tmp_path), "thesis", "holds 'chapter1.tex' (1 such entries), so it is not a run folder"),
+    for storage, name, options, fragment in (
+        (str(tmp_path), "tokenised", [], "is or holds --data"),
+        (tiny, "runs", [], f"the run folder {tiny}/runs lies inside --data {tiny}, where tokenising again"),
+        (str(tmp_path), "thesis", [], "holds 'chapter1.tex' (1 such entries), so it is not a run folder"),
+        (
+            str(tmp_path / "runs"),
+            "pretrain",
+            ["--init-from", start, "--dim", "16"],
+            "pretrain holds --init-from's checkpoint",
+        ),
     ):
-        argv = ["--model", "gsamn", "--data", tiny, "--storage-path", storage, "--name", name]
+        argv = ["--model", "gsamn", "--data", tiny, "--storage-path", storage, "--name", name, *options]
         assert _exit_code("train", argv) == 2
         line = capsys.readouterr().err.strip()
         assert fragment in line and "\n" not in line, line
     assert tree(tmp_path) == before
+
+
+def test_a_resume_needs_the_data_and_the_start_its_checkpoint_names(tmp_path, tiny):
+    """The checks a resume makes against its latest checkpoint's config.json (the real run in
+    test_a_test_split_run_writes_its_predictions_and_a_reused_name_is_checked reaches them through a run folder):
+    here the two a real run cannot reach cheaply, another --init-from checkpoint and a checkpoint from before the
+    data's path-free sha256 was kept."""
+    from training.config import TrainConfig
+    from training.trainer import check_resume_start, check_run
+
+    start = _checkpoint(tmp_path / "start", tiny)
+    plan = check_run(TrainConfig(model="gsamn", data=tiny, storage_path=str(tmp_path / "runs"), init_from=start))
+    with open(os.path.join(start, "config.json")) as f:
+        saved = dict(json.load(f), step=6, data_path_free_sha256=plan.data_path_free_sha256)
+    saved["train"] = dict(saved["train"], init_from=start)
+    saved["init_checkpoint_sha256"] = plan.init_checkpoint_sha256
+    cfg = TrainConfig(model="gsamn", data=tiny, name="run", init_from=start)
+    check_resume_start(cfg, plan, "RUN", saved)  # the same data, the same start: resumed
+
+    other_start = dict(saved, init_checkpoint_sha256="0" * 64)
+    with pytest.raises(UsageError, match=f"started from another checkpoint than --init-from {start} resolves to"):
+        check_resume_start(cfg, plan, "RUN", other_start)
+
+    from_before = {key: value for key, value in saved.items() if key != "data_path_free_sha256"}
+    check_resume_start(cfg, plan, "RUN", from_before)  # its vocabulary is this data's
+    with pytest.raises(UsageError, match=r"trained on other data than --data .* \(its vocabulary's sha256 000000"):
+        check_resume_start(cfg, plan, "RUN", dict(from_before, vocab_sha256="0" * 64))
 
 
 # ------------------------------------------------------------------------------------- options checked first
@@ -509,14 +572,31 @@ def test_a_test_split_run_writes_its_predictions_and_a_reused_name_is_checked(tm
     assert len(records) == 6 and {r["qid"] for r in records} == {f"test-q{q}" for q in range(6)}
     assert "test: MAP" in done.stderr
 
+    # A reused name resumes only the same run: the same model and configuration, on the same data, from the same
+    # start. Each of these would otherwise have resumed the run (and rotated its checkpoints away).
+    other = make_tokenised(tmp_path / "other", questions=7)  # the same vocabulary, one question more
+    start = _checkpoint(tmp_path / "start", tiny)
     before = tree(tmp_path / "runs")
-    for options, fragment in (
-        (["--model", "ggsa"], "holds a gsamn run (step 6), this command trains ggsa"),
-        (["--dim", "32"], "of another model configuration (dim 16 there, 32 here)"),
+    for data, options, fragment in (
+        (tiny, ["--model", "ggsa"], "holds a gsamn run (step 6), this command trains ggsa"),
+        (tiny, ["--dim", "32"], "of another model configuration (dim 16 there, 32 here)"),
+        (other, [], f"holds a gsamn run (step 6) trained on other data than --data {other} (its manifest's"),
+        (tiny, ["--init-from", start], f"that started from scratch, this command starts from --init-from {start}"),
+        (tiny, ["--init-from", str(tmp_path / "runs" / "run")], "run holds --init-from's checkpoint"),
     ):
-        again = _train(tiny, tmp_path / "runs", "run", "--max-steps", "6", *options)
+        again = _train(data, tmp_path / "runs", "run", "--max-steps", "6", *options)
         assert again.returncode == 2 and fragment in _stderr_is_one_line_error(again.stderr), again.stderr[-2000:]
     assert tree(tmp_path / "runs") == before
+
+    # The same data tokenised into another folder is the same data: its run resumes there.
+    from training.config import TrainConfig
+    from training.trainer import check_run
+
+    moved = shutil.copytree(tiny, tmp_path / "moved")
+    cfg = TrainConfig(
+        model="gsamn", data=str(moved), storage_path=str(tmp_path / "runs"), name="run", dim=16, batch_size=4
+    )
+    assert check_run(cfg).resume_from is not None
 
 
 @pytest.mark.slow
