@@ -60,16 +60,30 @@ def recognised_by(name: str, *keys: str):
     return earlier_output
 
 
+def check_folder_can_be_made(folder: str, option: str) -> None:
+    """Raise OutputError unless `folder` is a folder or can be made one: no file in its place or above it, and
+    the nearest folder that exists above it writable by this user."""
+    path = os.path.abspath(folder)
+    while not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise OutputError(f"{option}: {path} is an existing file, not a folder; name a folder")
+        path = os.path.dirname(path)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"{option}: {path} is not writable by this user; name a folder it can write")
+
+
 def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "--output") -> None:
     """Raise OutputError if writing the folder `target` would destroy what the user did not ask to replace.
 
-    Refused: `target` is an existing file (or anything but a folder); `target` is one of `inputs`, holds one or
+    Refused: `target` is an existing file (or anything but a folder), or lies under one (or under a folder this
+    user cannot write: `check_folder_can_be_made`); `target` is one of `inputs`, holds one or
     lies inside an input folder (replacing that input, an earlier output of ours say, would delete it);
     `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
     returning True for outputs written before markers existed). A missing or empty folder is fine."""
     real = real_path(target)
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputError(f"{option} {target}: an existing file, not a folder; name a new folder")
+    check_folder_can_be_made(os.path.dirname(os.path.abspath(target)), f"{option} {target}")
     for path in inputs:
         if path and "://" not in str(path) and within_folder(real_path(str(path)), real):
             what = "is" if real_path(str(path)) == real else "holds"
@@ -95,10 +109,11 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
 
 
 def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
-    """Raise OutputError if the file `target` is a folder or is one of the files `inputs` (a results file may live
-    beside its data, but never in place of it)."""
+    """Raise OutputError if the file `target` is a folder, lies under a file (or an unwritable folder), or is one
+    of the files `inputs` (a results file may live beside its data, but never in place of it)."""
     if os.path.isdir(target):
         raise OutputError(f"{option} {target}: a folder; name a file")
+    check_folder_can_be_made(os.path.dirname(os.path.abspath(target)), f"{option} {target}")
     real = real_path(target)
     for path in inputs:
         if path and "://" not in str(path) and real_path(str(path)) == real:

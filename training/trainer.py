@@ -164,11 +164,13 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
     from it, and rotate its checkpoints away), or where it holds files that are not a run's; where it holds
     checkpoints, the one a resume starts from (Ray Train's latest, or the newest intact one before it, reported)
     must be of the same model and model configuration, trained on the same data from the same start."""
-    from pipelines.atomic import real_path, within_folder
+    from pipelines.atomic import check_folder_can_be_made, real_path, within_folder
 
     run = run_dir(cfg)
     local = "://" not in run
     where = f"--storage-path {cfg.storage_path} --name {cfg.name}"
+    if local:  # else Ray Train's controller dies at start (ActorDiedError), far from the option's name
+        check_folder_can_be_made(run, where)
     if local and within_folder(real_path(cfg.data), real_path(run)):
         raise UsageError(f"{where}: the run folder {run} is or holds --data {cfg.data}")
     if local and within_folder(real_path(run), real_path(cfg.data)):

@@ -110,7 +110,15 @@ def test_build_refuses_an_output_folder_that_holds_its_dump(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "case",
-    ["existing file", "foreign folder", "another job's output", "input itself", "input's parent", "inside the input"],
+    [
+        "existing file",
+        "under a file",
+        "foreign folder",
+        "another job's output",
+        "input itself",
+        "input's parent",
+        "inside the input",
+    ],
 )
 def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, case):
     elsewhere = tmp_path / "elsewhere"
@@ -122,6 +130,7 @@ def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, cas
     write_marker(str(tmp_path / "earlier"), "build_stackexchangeqa")
     output, why = {
         "existing file": (str(elsewhere / "thesis.tex"), "an existing file, not a folder"),
+        "under a file": (str(elsewhere / "thesis.tex" / "out"), f"{elsewhere}/thesis.tex is an existing file"),
         "foreign folder": (str(elsewhere), "a non-empty folder, not an earlier output of tokenize_corpora"),
         "another job's output": (str(tmp_path / "earlier"), "an output of build_stackexchangeqa"),
         "input itself": (tiny, f"is the input {tiny}"),
@@ -156,6 +165,24 @@ def test_a_results_file_never_replaces_an_input(tmp_path, tiny, capsys, job, opt
     assert _exit_code(job, argv + [option, os.path.join(tiny, target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "writing it would destroy that input" in err and target.split(".")[0] in err
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "job, option", [("evaluate", "--output"), ("word_vectors", "--output"), ("train", "--test-output")]
+)
+def test_a_results_file_under_a_file_is_refused_before_any_work(tmp_path, tiny, capsys, job, option):
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = {
+        "word_vectors": ["--data", tiny],
+        "evaluate": ["--checkpoint", _checkpoint(tmp_path / "checkpoint", tiny), "--data", tiny],
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--test-split", "test"],
+    }[job]
+    before = tree(tmp_path)
+    target = str(tmp_path / "notes.txt" / "results.npy")
+    assert _exit_code(job, argv + [option, target]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{option} {target}: {tmp_path}/notes.txt is an existing file, not a folder" in err
     assert tree(tmp_path) == before
 
 
@@ -229,6 +256,12 @@ def test_a_run_folder_that_is_the_data_or_holds_other_files_is_refused(tmp_path,
         (str(tmp_path), "tokenised", [], "is or holds --data"),
         (tiny, "runs", [], f"the run folder {tiny}/runs lies inside --data {tiny}, where tokenising again"),
         (str(tmp_path), "thesis", [], "holds 'chapter1.tex' (1 such entries), so it is not a run folder"),
+        (
+            str(tmp_path / "thesis" / "chapter1.tex"),
+            "run",
+            [],
+            f"{tmp_path}/thesis/chapter1.tex is an existing file, not a folder",
+        ),
         (
             str(tmp_path / "runs"),
             "pretrain",
