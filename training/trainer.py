@@ -81,6 +81,13 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
+    if cfg.encoder_path:  # jobs/train.py checked it while parsing; a TrainConfig made in Python is checked here
+        from qa_models.encoders import require_encoder
+
+        try:
+            require_encoder(cfg.encoder_path)
+        except (ImportError, FileNotFoundError) as error:
+            raise UsageError(f"--encoder-path {cfg.encoder_path}: {error}") from None
     task = data_task(manifest)
     metric = select_metric(cfg, task)
     for split in ("train", "dev") + ((cfg.test_split,) if cfg.test_split else ()):

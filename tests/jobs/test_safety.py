@@ -333,6 +333,11 @@ NONSENSE = [
         ["--hard-negatives", "no-such-miner"],
         "nor a checkpoint or run folder of jobs/train.py",
     ),
+    # a typo in an encoder's name or folder: one line before any work, not a worker's traceback (or Hugging Face's
+    # "Repo id must use alphanumeric chars" for --from-encoder)
+    ("train", ["--encoder-path", "minilmm"], "--encoder-path minilmm: neither 'minilm', 'mpnet-base' nor a local"),
+    ("zero_shot", ["--encoder-path", "minilmm"], "--encoder-path minilmm: neither 'minilm', 'mpnet-base' nor a"),
+    ("word_vectors", ["--from-encoder", "/no/such"], "--from-encoder /no/such: neither 'minilm', 'mpnet-base' nor"),
     ("tokenize_corpora", ["--min-count", "0"], "--min-count must be at least 1"),
     ("tokenize_corpora", ["--max-vocab", "2"], "--max-vocab must be at least 5"),
     ("tokenize_corpora", ["--max-context-tokens", "0"], "--max-context-tokens must be at least 1"),
@@ -372,6 +377,10 @@ def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
 
     with pytest.raises(UsageError, match="--max-steps must be at least 1"):
         TrainConfig(model="gsamn", data=tiny, max_steps=0)
+    from training.trainer import check_run
+
+    with pytest.raises(UsageError, match="--encoder-path minilmm: neither 'minilm', 'mpnet-base' nor a local"):
+        check_run(TrainConfig(model="gsamn", data=tiny, encoder_path="minilmm"))
     with pytest.raises(UsageError, match="--negatives must be a finite number"):
         BuildConfig(dumps=["x"], negatives=float("nan"))
     with pytest.raises(UsageError, match="--shard-mb must be at least 1"):
