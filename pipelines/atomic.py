@@ -1,10 +1,11 @@
 """Outputs that appear whole or not at all, and never in place of something the user did not ask to replace.
 
 A job's output folder is built in a sibling staging folder and renamed into place once complete. Before any
-work, `check_output` refuses an output that would destroy something: an existing file, a folder that is or
-holds one of the job's inputs, or a non-empty folder that is not an earlier output of the same job (recognised
-by the marker, `.qa-output.json`, that `staged_dir` writes into every output it completes). Replacing an
-earlier output stays atomic: a crash at any point leaves the old output or the new one.
+work, `check_output` refuses an output that would destroy something or be destroyed: an existing file (or a
+path under one), a folder that is, holds or lies inside one of the job's inputs, or a non-empty folder that is
+not an earlier output of the same job (recognised by the marker, `.qa-output.json`, that `staged_dir` writes
+into every output it completes). Replacing an earlier output stays atomic: a crash at any point leaves the old
+output or the new one.
 """
 
 from __future__ import annotations
