@@ -576,7 +576,7 @@ class WorkerRun:
                     "model_config": asdict(core.config),
                     "vocab_size": self.vocab_size,
                     "vocab_sha256": self.config["vocab_sha256"],
-                    # what a resume checks it shares (trainer.check_resume_start)
+                    # what a resume checks it shares (trainer.check_resume)
                     "data_path_free_sha256": self.config.get("data_path_free_sha256"),
                     "init_checkpoint_sha256": self.config.get("init_checkpoint_sha256"),
                     "text": self.config.get("text") or {},

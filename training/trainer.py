@@ -214,36 +214,33 @@ def check_run_folder(cfg: TrainConfig, plan: RunPlan, log) -> None:
     plan.resume_from = usable_checkpoint(latest.path, log)
     if plan.resume_from != latest.path:
         plan.damaged_latest = latest.path
-    saved = checkpoint_summary(plan.resume_from)
+    check_resume(cfg, plan, run, checkpoint_summary(plan.resume_from))
+
+
+def check_resume(cfg: TrainConfig, plan: RunPlan, run: str, saved: dict) -> None:
+    """A resume continues the run in `run` (its checkpoint's config.json: `saved`) only as the same run: the same
+    model and model configuration, on the data it trained on (its manifest without the folders it names; a
+    checkpoint from before that was kept: its vocabulary) and from the start it began from (none, or the same
+    --init-from checkpoint, by its state.pt sha256): otherwise the run's steps would mix two models, data sets or
+    starts under one name."""
     step = saved.get("step", "?")
+    remedy = "choose another --name, or remove the folder to start over"
     if saved["train"]["model"] != cfg.model:
         raise UsageError(
             f"--name {cfg.name}: {run} holds a {saved['train']['model']} run (step {step}), this command "
-            f"trains {cfg.model}; choose another --name, or remove the folder to start over"
+            f"trains {cfg.model}; {remedy}"
         )
-    ours = asdict(plan.model_config)
+    held = f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step})"
+    ours_config = asdict(plan.model_config)
     differ = [
-        f"{key} {saved['model_config'][key]!r} there, {ours[key]!r} here"
-        for key in sorted(ours)
-        if key in saved.get("model_config", {}) and saved["model_config"][key] != ours[key]
+        f"{key} {saved['model_config'][key]!r} there, {ours_config[key]!r} here"
+        for key in sorted(ours_config)
+        if key in saved.get("model_config", {}) and saved["model_config"][key] != ours_config[key]
     ]
     if differ:
         raise UsageError(
-            f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step}) of another model "
-            f"configuration ({'; '.join(differ[:3])}); a resume needs the same one: choose another "
-            "--name, or remove the folder to start over"
+            f"{held} of another model configuration ({'; '.join(differ[:3])}); a resume needs the same one: {remedy}"
         )
-    check_resume_start(cfg, plan, run, saved)
-
-
-def check_resume_start(cfg: TrainConfig, plan: RunPlan, run: str, saved: dict) -> None:
-    """A resume continues the run in `run` (its checkpoint's config.json: `saved`) only on the data it trained on
-    (its manifest without the folders it names; a checkpoint from before that was kept: its vocabulary) and from
-    the start it began from (none, or the same --init-from checkpoint, by its state.pt sha256): otherwise the run's
-    steps would mix two data sets or two starts under one name."""
-    step = saved.get("step", "?")
-    held = f"--name {cfg.name}: {run} holds a {cfg.model} run (step {step})"
-    remedy = "choose another --name, or remove the folder to start over"
     theirs, ours = saved.get("data_path_free_sha256"), plan.data_path_free_sha256
     field = "manifest"
     if not theirs:  # a checkpoint from before data_path_free_sha256 was kept

@@ -282,7 +282,7 @@ def test_a_resume_needs_the_data_and_the_start_its_checkpoint_names(tmp_path, ti
     here the two a real run cannot reach cheaply, another --init-from checkpoint and a checkpoint from before the
     data's path-free sha256 was kept."""
     from training.config import TrainConfig
-    from training.trainer import check_resume_start, check_run
+    from training.trainer import check_resume, check_run
 
     start = _checkpoint(tmp_path / "start", tiny)
     plan = check_run(TrainConfig(model="gsamn", data=tiny, storage_path=str(tmp_path / "runs"), init_from=start))
@@ -291,16 +291,16 @@ def test_a_resume_needs_the_data_and_the_start_its_checkpoint_names(tmp_path, ti
     saved["train"] = dict(saved["train"], init_from=start)
     saved["init_checkpoint_sha256"] = plan.init_checkpoint_sha256
     cfg = TrainConfig(model="gsamn", data=tiny, name="run", init_from=start)
-    check_resume_start(cfg, plan, "RUN", saved)  # the same data, the same start: resumed
+    check_resume(cfg, plan, "RUN", saved)  # the same data, the same start: resumed
 
     other_start = dict(saved, init_checkpoint_sha256="0" * 64)
     with pytest.raises(UsageError, match=f"started from another checkpoint than --init-from {start} resolves to"):
-        check_resume_start(cfg, plan, "RUN", other_start)
+        check_resume(cfg, plan, "RUN", other_start)
 
     from_before = {key: value for key, value in saved.items() if key != "data_path_free_sha256"}
-    check_resume_start(cfg, plan, "RUN", from_before)  # its vocabulary is this data's
+    check_resume(cfg, plan, "RUN", from_before)  # its vocabulary is this data's
     with pytest.raises(UsageError, match=r"trained on other data than --data .* \(its vocabulary's sha256 000000"):
-        check_resume_start(cfg, plan, "RUN", dict(from_before, vocab_sha256="0" * 64))
+        check_resume(cfg, plan, "RUN", dict(from_before, vocab_sha256="0" * 64))
 
 
 # ------------------------------------------------------------------------------------- options checked first
