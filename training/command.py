@@ -18,7 +18,7 @@ def parse_train_args(
     """`jobs/train.py`'s command line to its validated TrainConfig (and the parsed namespace): the one parser of
     that command, which the experiments runner also uses to read a recorded command's recipe."""
     from qa_models import MODELS
-    from qa_models.encoders import require_encoder
+    from qa_models.encoders import resolve_encoder
 
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, choices=sorted(MODELS), help="encoder to train")
@@ -265,7 +265,7 @@ def parse_train_args(
     args = p.parse_args(argv)
     overrides = model_options(MODELS[args.model], args.model_option, p.error)
     try:
-        encoder = require_encoder(args.encoder_path) if args.encoder_path else None
+        encoder = resolve_encoder(args.encoder_path)
     except (ImportError, FileNotFoundError, ValueError) as error:
         p.error(f"--encoder-path {args.encoder_path}: {error}")
     if args.test_output and not args.test_split:
