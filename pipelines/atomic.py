@@ -4,8 +4,10 @@ A job's output folder is built in a sibling staging folder and renamed into plac
 work, `check_output` refuses an output that would destroy something or be destroyed: an existing file (or a
 path under one), a folder that is, holds or lies inside one of the job's inputs, or a non-empty folder that is
 not an earlier output of the same job (recognised by the marker, `.qa-output.json`, that `staged_dir` writes
-into every output it completes). Replacing an earlier output stays atomic: a crash at any point leaves the old
-output or the new one.
+into every output it completes), or an earlier output that now holds files the job did not write (the marker lists
+every file of the output; a file another job writes into it on purpose, such as word_vectors' embeddings.npy, is
+added to that list by `add_derived_file` and goes with the output it was derived from). Replacing an earlier
+output stays atomic: a crash at any point leaves the old output or the new one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from runtime.checks import UsageError
 
 MARKER = ".qa-output.json"  # written last into a completed output: which job wrote it, and when
 STAGING_MARKER = ".qa-staging"  # in a staging folder from its creation: only such folders are cleaned up
+# what an operating system leaves in a folder a person has looked at: no one's work, never a reason to refuse
+SYSTEM_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
 class OutputError(UsageError):
@@ -36,14 +40,41 @@ def within_folder(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def output_job(folder: str) -> str | None:
-    """The job named by `folder`'s completion marker, or None (no marker, or not one of ours)."""
+def read_marker(folder: str) -> dict | None:
+    """`folder`'s completion marker, or None (no marker, or not one of ours)."""
     try:
         with open(os.path.join(folder, MARKER)) as f:
             marker = json.load(f)
     except (OSError, ValueError):
         return None
-    return marker.get("job") if isinstance(marker, dict) else None
+    return marker if isinstance(marker, dict) else None
+
+
+def output_job(folder: str) -> str | None:
+    """The job named by `folder`'s completion marker, or None (no marker, or not one of ours)."""
+    return (read_marker(folder) or {}).get("job")
+
+
+def files_under(folder: str) -> list[str]:
+    """Every file (and link) under `folder`, as sorted paths relative to it; the marker and SYSTEM_LITTER left out."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        links = [name for name in dirs if os.path.islink(os.path.join(root, name))]  # os.walk does not enter them
+        for name in files + links:
+            if name not in SYSTEM_LITTER:
+                found.append(os.path.relpath(os.path.join(root, name), folder))
+    return sorted(path for path in found if path != MARKER)
+
+
+def foreign_files(folder: str) -> list[str]:
+    """The files under an earlier output that neither its job wrote nor another job added by `add_derived_file`
+    (what replacing the output would delete though no job of ours made it: a user's notes, predictions, a run).
+    An output whose marker lists no files (written before markers did) has none that can be told apart."""
+    marker = read_marker(folder) or {}
+    if "files" not in marker:
+        return []
+    known = set(marker["files"]) | set(marker.get("derived", []))
+    return [path for path in files_under(folder) if path not in known]
 
 
 def recognised_by(name: str, *keys: str):
@@ -80,7 +111,8 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
     user cannot write: `check_folder_can_be_made`); `target` is one of `inputs`, holds one or
     lies inside an input folder (replacing that input, an earlier output of ours say, would delete it);
     `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
-    returning True for outputs written before markers existed). A missing or empty folder is fine."""
+    returning True for outputs written before markers existed), or an earlier output holding `foreign_files`.
+    A missing or empty folder is fine."""
     real = real_path(target)
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputError(f"{option} {target}: an existing file, not a folder; name a new folder")
@@ -99,7 +131,17 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
             )
     if not os.path.isdir(target) or not os.listdir(target):
         return
-    if output_job(target) == job or (legacy is not None and output_job(target) is None and legacy(target)):
+    if output_job(target) == job:
+        foreign = foreign_files(target)
+        if foreign:
+            them = "them" if len(foreign) > 1 else "it"
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise OutputError(
+                f"{option} {target}: an earlier output of {job} that now also holds {shown}, which {job} did not "
+                f"write; replacing it would delete {them} (move {them} out, or name a new folder)"
+            )
+        return
+    if legacy is not None and output_job(target) is None and legacy(target):
         return
     other = output_job(target)
     why = f"an output of {other}" if other else f"not an earlier output of {job} (no {MARKER})"
@@ -123,9 +165,35 @@ def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
             )
 
 
+def _write_marker(folder: str, marker: dict) -> None:
+    temporary = os.path.join(folder, f"{MARKER}.tmp-{uuid.uuid4().hex[:8]}")
+    with open(temporary, "w") as f:
+        json.dump(marker, f)
+    os.replace(temporary, os.path.join(folder, MARKER))
+
+
 def write_marker(folder: str, job: str) -> None:
-    with open(os.path.join(folder, MARKER), "w") as f:
-        json.dump({"job": job, "completed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f)
+    """The completion marker, written last: the job, the time, and every file the job wrote (`files_under`)."""
+    completed = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _write_marker(folder, {"job": job, "completed": completed, "files": files_under(folder)})
+
+
+def add_derived_file(path: str) -> None:
+    """Record `path`, a file just written into an earlier output (the nearest folder above it holding a marker), as
+    derived from it: replacing that output deletes it with the output it was made from, and is not refused for it.
+    A file outside every output of ours is left alone."""
+    folder = os.path.dirname(real_path(path))
+    while not os.path.exists(os.path.join(folder, MARKER)):
+        if os.path.dirname(folder) == folder:
+            return
+        folder = os.path.dirname(folder)
+    marker = read_marker(folder)
+    if marker is None or "files" not in marker:
+        return
+    relative = os.path.relpath(real_path(path), folder)
+    if relative not in marker["files"] and relative not in marker.get("derived", []):
+        marker["derived"] = sorted(marker.get("derived", []) + [relative])
+        _write_marker(folder, marker)
 
 
 def swap_into_place(staging: str, target: str) -> None:

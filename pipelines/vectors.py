@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipelines.atomic import check_output_file
+from pipelines.atomic import add_derived_file, check_output_file
 from pipelines.readers.common import open_text
 from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
@@ -340,4 +340,6 @@ def write(cfg: VectorsConfig) -> dict:
     with open(f"{report}.tmp-{tag}", "w") as f:
         json.dump(stats, f, indent=2)
     os.replace(f"{report}.tmp-{tag}", report)
+    for path in (target, report):  # they go with the vocabulary they were made for, when the data is tokenised anew
+        add_derived_file(path)
     return stats

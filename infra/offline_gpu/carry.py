@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 if __package__ in (None, ""):  # run as a script from the repository root: the project's own shard checksum
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from pipelines.atomic import add_derived_file
 from pipelines.shards import CARRIED_FROM, path_free_sha256, sha256_file  # the manifest's checksums, as records name it
 
 PACKED_TEXT_COLUMNS = ("question", "answer", "question_ids", "answer_ids")
@@ -160,6 +161,7 @@ def unpack_corpus(path: str, folder: str) -> None:
                 f,
                 indent=2,
             )
+        add_derived_file(os.path.join(folder, CARRIED_FROM))  # the unpacked corpus's marker came with it
     print(f"{folder}: {len(written)} shards with the packed rows (content hashes equal); manifest bytes refreshed")
 
 

@@ -247,6 +247,38 @@ def test_an_earlier_output_is_replaced_whole_and_only_ours_are_cleaned_up(tmp_pa
     check_output(make_tokenised(tmp_path / "tokenised-before-markers"), "tokenize_corpora", legacy=earlier_tokenisation)
 
 
+def test_an_earlier_output_holding_files_its_job_did_not_write_is_not_replaced(tmp_path, capsys):
+    """A user's file put into an earlier output (notes, predictions, a run) would go with the output it sits in:
+    the job refuses to replace it, naming the file, until it is moved out. Word vectors made from the data go with
+    it on purpose (they fit the vocabulary being replaced), and so does what an operating system leaves behind."""
+    from pipelines.atomic import MARKER, read_marker, staged_dir
+    from pipelines.vectors import VectorsConfig, write
+
+    data = str(tmp_path / "tokenised")
+    with staged_dir(data, "tokenize_corpora") as staging:
+        make_tokenised(staging)
+    assert "train/part-00000.parquet" in read_marker(data)["files"] and MARKER not in read_marker(data)["files"]
+    write(VectorsConfig(data=data, dim=4, epochs=1, seed=1))  # DATA/embeddings.npy and .json, recorded as derived
+    assert read_marker(data)["derived"] == ["embeddings.json", "embeddings.npy"]
+    (tmp_path / "tokenised" / ".DS_Store").write_bytes(b"\0")
+    argv = ["--dataset", "stackexchangeqa", "--input", make_tokenised(tmp_path / "input"), "--output", data]
+    for mine in ("notes.txt", os.path.join("test", "predictions.jsonl")):
+        (tmp_path / "tokenised" / mine).write_text("mine")
+    before = tree(tmp_path)
+    assert _exit_code("tokenize_corpora", argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"tokenize_corpora: error: --output {data}: an earlier output of tokenize_corpora that now also holds "
+        "notes.txt, test/predictions.jsonl, which tokenize_corpora did not write; replacing it would delete them "
+        "(move them out, or name a new folder)"
+    )
+    assert tree(tmp_path) == before
+    os.remove(tmp_path / "tokenised" / "notes.txt")
+    os.remove(tmp_path / "tokenised" / "test" / "predictions.jsonl")
+    with staged_dir(data, "tokenize_corpora") as staging:  # replaced, derived vectors and litter with it
+        make_tokenised(staging)
+    assert not os.path.exists(os.path.join(data, "embeddings.npy")) and "derived" not in read_marker(data)
+
+
 def test_a_run_folder_that_is_the_data_or_holds_other_files_is_refused(tmp_path, tiny, capsys):
     (tmp_path / "thesis").mkdir()
     (tmp_path / "thesis" / "chapter1.tex").write_text("mine")
