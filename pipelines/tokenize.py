@@ -148,6 +148,17 @@ class TokenizeConfig:
             raise MissingInput(f"--input {self.input}: no such file or folder")
         if self.vocab and not os.path.exists(self.vocab):
             raise MissingInput(f"--vocab {self.vocab}: no such file or folder")
+        from pipelines.readers import ReaderError, splits_at
+
+        try:  # the reader's files, found by name: another set's folder is named here, not after Ray starts
+            splits = splits_at(self.dataset, self.input, self.clean, self.quasart_contexts)
+        except (FileNotFoundError, ReaderError) as error:
+            raise MissingInput(f"--input {error}") from None
+        if "train" not in splits:
+            found = f"found {', '.join(splits)}" if splits else "found none"
+            raise MissingInput(
+                f"--input {self.input}: {self.dataset} has no train split ({found}); tokenising needs it"
+            )
         check_output(self.output, JOB, self.input_paths(), earlier_tokenisation)
 
 

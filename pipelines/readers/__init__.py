@@ -22,14 +22,23 @@ build, checked from its footers), and `passages` (the multi-passage reading-comp
 rows); `common` holds the PAIRS shape, the published sizes, `Corpus` and the error policy.
 """
 
+import os
+from collections.abc import Callable, Mapping
+
 from pipelines.readers.common import PAIRS, PUBLISHED, Corpus, ReaderError
-from pipelines.readers.insuranceqa import read_insuranceqa
-from pipelines.readers.passages import PASSAGE_READERS
-from pipelines.readers.semeval import read_semeval
+from pipelines.readers.insuranceqa import insuranceqa_files, read_insuranceqa
+from pipelines.readers.passages import (
+    PASSAGE_READERS,
+    quasart_files,
+    searchqa_sources,
+    squad_files,
+    wikihop_files,
+)
+from pipelines.readers.semeval import read_semeval, semeval_files, semeval_split_of
 from pipelines.readers.stackexchangeqa import stackexchangeqa_found
-from pipelines.readers.trecqa import read_trecqa
-from pipelines.readers.wikiqa import read_wikiqa
-from pipelines.readers.yahooqa import read_yahooqa
+from pipelines.readers.trecqa import read_trecqa, trecqa_sources
+from pipelines.readers.wikiqa import read_wikiqa, wikiqa_files
+from pipelines.readers.yahooqa import read_yahooqa, yahooqa_files
 
 READERS = {
     "wikiqa": read_wikiqa,
@@ -38,6 +47,28 @@ READERS = {
     "insuranceqa": read_insuranceqa,
     "yahooqa": read_yahooqa,
 }
+
+
+def splits_at(dataset: str, path: str, clean: bool = True, quasart_contexts: str = "short") -> list[str]:
+    """The splits `dataset`'s reader would read at `path`, found from the files' names alone (no file is read):
+    what jobs/tokenize_corpora.py checks before any work. FileNotFoundError or ReaderError names what is missing."""
+    if dataset == "stackexchangeqa":  # our own build: {train,dev,test}/*.parquet
+        return [split for split in ("train", "dev", "test") if os.path.isdir(os.path.join(path, split))]
+    locate: dict[str, Callable[[], Mapping[str, object]]] = {
+        "wikiqa": lambda: wikiqa_files(path),
+        "trecqa": lambda: trecqa_sources(path, clean)[1],
+        "semeval-ql": lambda: {semeval_split_of(file) or "train": file for file in semeval_files(path)},
+        "insuranceqa": lambda: insuranceqa_files(path)[2],
+        "yahooqa": lambda: yahooqa_files(path),
+        "searchqa": lambda: searchqa_sources(path)[1],
+        "quasart": lambda: quasart_files(path, quasart_contexts),
+        "wikihop": lambda: wikihop_files(path),
+        "squad": lambda: squad_files(path),
+    }
+    if dataset not in locate:
+        raise ValueError(f"unknown dataset {dataset!r}: one of stackexchangeqa, {', '.join(locate)}")
+    return sorted(locate[dataset]())
+
 
 __all__ = [
     "PAIRS",
@@ -51,5 +82,6 @@ __all__ = [
     "read_trecqa",
     "read_wikiqa",
     "read_yahooqa",
+    "splits_at",
     "stackexchangeqa_found",
 ]

@@ -39,14 +39,9 @@ class _Detokenizer:
             raise ReaderError(f"{where}: token {missing.args[0]!r} is not in the vocabulary file") from None
 
 
-def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
-    """InsuranceQA v1 (Feng et al. 2015), the folder of the original release: `vocabulary` (`idx_N<TAB>word`),
-    `answers.label.token_idx` (`label<TAB>idx_ ...`, 24,981 answers), `question.train.token_idx.label`
-    (`question idx_ ...<TAB>correct labels`) and the pools `question.{dev,test1,test2}.label.token_idx.pool`
-    (`correct labels<TAB>question idx_ ...<TAB>500 candidate labels`); each file plain or .gz. Text is the
-    tokens joined by spaces. Train rows are the correct answers only (the papers sample negatives from the whole
-    answer set while training); pool rows are every candidate, label 1 for the correct ones. Question ids are
-    `SPLIT-LINE`, answer ids the answer labels. `clean` does not apply (every question has a correct answer)."""
+def insuranceqa_files(path: str) -> tuple[str, str, dict[str, str]]:
+    """The vocabulary file, the answers file and `{split: question file}` in the folder `path`; an error naming
+    what is missing."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: not an InsuranceQA v1 folder")
     vocabulary = find_file(path, "vocabulary")
@@ -57,6 +52,26 @@ def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> 
             f"{path}: InsuranceQA v1 needs {' and '.join(missing)} (plain or .gz) beside the question "
             "files; copy it from the original release (github.com/shuzi/insuranceQA, V1/)"
         )
+    names = {"train": "question.train.token_idx.label", **_INSURANCEQA_POOLS}
+    found = {split: find_file(path, name) for split, name in names.items()}
+    questions = {split: file for split, file in found.items() if file}
+    if not questions:
+        raise FileNotFoundError(
+            f"{path}: no InsuranceQA question files (question.train.token_idx.label, "
+            "question.{dev,test1,test2}.label.token_idx.pool)"
+        )
+    return vocabulary, answers_file, questions
+
+
+def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """InsuranceQA v1 (Feng et al. 2015), the folder of the original release: `vocabulary` (`idx_N<TAB>word`),
+    `answers.label.token_idx` (`label<TAB>idx_ ...`, 24,981 answers), `question.train.token_idx.label`
+    (`question idx_ ...<TAB>correct labels`) and the pools `question.{dev,test1,test2}.label.token_idx.pool`
+    (`correct labels<TAB>question idx_ ...<TAB>500 candidate labels`); each file plain or .gz. Text is the
+    tokens joined by spaces. Train rows are the correct answers only (the papers sample negatives from the whole
+    answer set while training); pool rows are every candidate, label 1 for the correct ones. Question ids are
+    `SPLIT-LINE`, answer ids the answer labels. `clean` does not apply (every question has a correct answer)."""
+    vocabulary, answers_file, questions = insuranceqa_files(path)
     text = _Detokenizer(_insuranceqa_words(vocabulary))
     errors = Errors(on_error)
     answers: dict[str, str] = {}
@@ -76,7 +91,7 @@ def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> 
         return answers[label]
 
     corpus = Corpus("insuranceqa", {}, clean=clean)
-    train = find_file(path, "question.train.token_idx.label")
+    train = questions.get("train")
     if train:
         columns: dict[str, list] = {k: [] for k in PAIRS.names}
         with open_text(train) as f:
@@ -92,8 +107,8 @@ def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> 
                     if found is not None:
                         _append(columns, f"train-{number}", question, label, found, 1)
         corpus.splits["train"] = pa.table(columns, schema=PAIRS)
-    for split, name in _INSURANCEQA_POOLS.items():
-        file = find_file(path, name)
+    for split in _INSURANCEQA_POOLS:
+        file = questions.get(split)
         if file is None:
             continue
         columns = {k: [] for k in PAIRS.names}
@@ -119,11 +134,6 @@ def read_insuranceqa(path: str, clean: bool = True, on_error: str = "raise") -> 
                 for label, found in candidates:
                     _append(columns, f"{split}-{number}", question, label, found or "", int(label in correct))
         corpus.splits[split] = pa.table(columns, schema=PAIRS)
-    if not corpus.splits:
-        raise FileNotFoundError(
-            f"{path}: no InsuranceQA question files (question.train.token_idx.label, "
-            "question.{dev,test1,test2}.label.token_idx.pool)"
-        )
     corpus.skipped = errors.skipped
     return corpus
 

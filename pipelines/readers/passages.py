@@ -60,6 +60,30 @@ _SPLIT_NAMES = {"train": "train", "val": "dev", "dev": "dev", "test": "test"}
 _SNIPPET = re.compile(r"<s>(.*?)</s>", re.DOTALL)
 
 
+def searchqa_sources(path: str) -> tuple[str, dict[str, str]]:
+    """The layout ("text": the processed files; "json": folders of per-question files) and `{split: file or
+    folder}` found at `path`; an error when neither is there."""
+    texts = {}
+    for name, split in _SPLIT_NAMES.items():
+        found = find_file(path, f"{name}.txt") if os.path.isdir(path) else None
+        if found:
+            texts[split] = found
+    if os.path.isfile(path) and path.endswith((".txt", ".txt.gz")):
+        texts = {_SPLIT_NAMES.get(os.path.basename(path).split(".")[0], "train"): path}
+    if texts:
+        return "text", texts
+    folders = {
+        split: os.path.join(path, name)
+        for name, split in _SPLIT_NAMES.items()
+        if os.path.isdir(os.path.join(path, name))
+    }
+    if not folders and glob.glob(os.path.join(path, "*.json")):
+        folders = {_SPLIT_NAMES.get(os.path.basename(os.path.normpath(path)), "train"): path}
+    if not folders:
+        raise FileNotFoundError(f"{path}: no SearchQA {{train,val,test}}.txt(.gz) or {{train,val,test}}/*.json")
+    return "json", folders
+
+
 def read_searchqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
     """SearchQA (Dunn et al. 2017), either layout the authors published:
     - processed `{train,val,test}.txt` (plain or .gz), one question per line, `<s> snippet </s> <s> ... ||| question
@@ -69,16 +93,11 @@ def read_searchqa(path: str, clean: bool = True, on_error: str = "raise") -> Cor
     `val` is called `dev`. A question with an empty question text or no snippet is dropped and counted (the
     processed files have some; the authors' readers skip them). Ranks are the search result positions (1 = top),
     kept when an empty snippet in between is left out."""
+    layout, sources = searchqa_sources(path)
     errors = Errors(on_error)
     by_split: dict[str, list[dict]] = {}
     dropped: dict[str, int] = {}
-    texts = {}
-    for name, split in _SPLIT_NAMES.items():
-        found = find_file(path, f"{name}.txt") if os.path.isdir(path) else None
-        if found:
-            texts[split] = found
-    if os.path.isfile(path) and path.endswith((".txt", ".txt.gz")):
-        texts = {_SPLIT_NAMES.get(os.path.basename(path).split(".")[0], "train"): path}
+    texts = sources if layout == "text" else {}
     for split, file in texts.items():
         rows = by_split.setdefault(split, [])
         with open_text(file) as f:
@@ -99,15 +118,8 @@ def read_searchqa(path: str, clean: bool = True, on_error: str = "raise") -> Cor
                     dropped[split] = dropped.get(split, 0) + 1
                     continue
                 rows.append(_record(f"{split}-{number}", question, passages, ranks, [answer]))
-    if not texts:
-        folders = {
-            split: os.path.join(path, name)
-            for name, split in _SPLIT_NAMES.items()
-            if os.path.isdir(os.path.join(path, name))
-        }
-        if not folders and glob.glob(os.path.join(path, "*.json")):
-            folders = {_SPLIT_NAMES.get(os.path.basename(os.path.normpath(path)), "train"): path}
-        for split, folder in folders.items():
+    if layout == "json":
+        for split, folder in sources.items():
             rows = by_split.setdefault(split, [])
             for file in sorted(glob.glob(os.path.join(folder, "*.json"))):
                 try:
@@ -136,23 +148,16 @@ def read_searchqa(path: str, clean: bool = True, on_error: str = "raise") -> Cor
                 rows.append(
                     _record(qid, question, [t for _, t in results], [r for r, _ in results], [item["answer"].strip()])
                 )
-    if not by_split:
-        raise FileNotFoundError(f"{path}: no SearchQA {{train,val,test}}.txt(.gz) or {{train,val,test}}/*.json")
     return _corpus("searchqa", by_split, errors, dropped)
 
 
 # ------------------------------------------------------------------------------------------------ Quasar-T
-def read_quasart(path: str, clean: bool = True, on_error: str = "raise", contexts: str = "short") -> Corpus:
-    """Quasar-T (Dhingra et al. 2017), the release's layout: `questions/{split}_questions.json.gz`, one JSON object
-    per line (`uid`, `question`, `answer`, `tags`), and `contexts/{short,long}/{split}_contexts.json.gz`, one line
-    per question in the same order (`uid`, `contexts`: `[[score, text], ...]` ranked by the search engine).
-    `contexts` picks the short (sentence) or long (paragraph) passages. A contexts line whose uid differs from its
-    question line is an error: the files are out of step and every later pair would be wrong."""
+def quasart_files(path: str, contexts: str = "short") -> dict[str, tuple[str, str]]:
+    """`{split: (questions file, contexts file)}` in the release folder `path`; an error when there are no
+    questions, or questions without their contexts."""
     if contexts not in ("short", "long"):
         raise ValueError(f"Quasar-T contexts must be 'short' or 'long', got {contexts!r}")
-    errors = Errors(on_error)
-    by_split: dict[str, list[dict]] = {}
-    dropped: dict[str, int] = {}
+    files = {}
     for split in ("train", "dev", "test"):
         questions = find_file(os.path.join(path, "questions"), f"{split}_questions.json")
         if questions is None:
@@ -160,6 +165,22 @@ def read_quasart(path: str, clean: bool = True, on_error: str = "raise", context
         context_file = find_file(os.path.join(path, "contexts", contexts), f"{split}_contexts.json")
         if context_file is None:
             raise ReaderError(f"{path}: {questions} has no contexts/{contexts}/{split}_contexts.json(.gz) beside it")
+        files[split] = (questions, context_file)
+    if not files:
+        raise FileNotFoundError(f"{path}: no Quasar-T questions/{{train,dev,test}}_questions.json(.gz)")
+    return files
+
+
+def read_quasart(path: str, clean: bool = True, on_error: str = "raise", contexts: str = "short") -> Corpus:
+    """Quasar-T (Dhingra et al. 2017), the release's layout: `questions/{split}_questions.json.gz`, one JSON object
+    per line (`uid`, `question`, `answer`, `tags`), and `contexts/{short,long}/{split}_contexts.json.gz`, one line
+    per question in the same order (`uid`, `contexts`: `[[score, text], ...]` ranked by the search engine).
+    `contexts` picks the short (sentence) or long (paragraph) passages. A contexts line whose uid differs from its
+    question line is an error: the files are out of step and every later pair would be wrong."""
+    errors = Errors(on_error)
+    by_split: dict[str, list[dict]] = {}
+    dropped: dict[str, int] = {}
+    for split, (questions, context_file) in quasart_files(path, contexts).items():
         rows = by_split.setdefault(split, [])
         with open_text(questions) as fq, open_text(context_file) as fc:
             number = 0
@@ -198,8 +219,6 @@ def read_quasart(path: str, clean: bool = True, on_error: str = "raise", context
                     f"{questions if qline else context_file}: more lines than "
                     f"{context_file if qline else questions} (which ends after line {number})"
                 )
-    if not by_split:
-        raise FileNotFoundError(f"{path}: no Quasar-T questions/{{train,dev,test}}_questions.json(.gz)")
     return _corpus("quasart", by_split, errors, dropped)
 
 
@@ -223,17 +242,22 @@ def _load_json_array(file: str):
         raise ReaderError(f"{file}: line {err.lineno} column {err.colno}: not valid JSON: {err.msg}{hint}") from None
 
 
+def wikihop_files(path: str) -> dict[str, str]:
+    files = _json_files(
+        path, {"train": "train.json", "dev": "dev.json"}, lambda name: _SPLIT_NAMES.get(name.split(".")[0], "train")
+    )
+    if not files:
+        raise FileNotFoundError(f"{path}: no WikiHop train.json / dev.json(.gz)")
+    return files
+
+
 def read_wikihop(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
     """WikiHop (and MedHop) from QAngaroo v1.1: `train.json`, `dev.json` (plain or .gz), each a JSON array of
     `{id, query, answer, candidates, supports}` (dev also `annotations`, ignored), or one such file. The query
     `"<relation> <subject>"` becomes the question with the relation's underscores as spaces; supports are the
     passages in file order (WikiHop does not rank them: ranks are positions). The answer must be one of the
     candidates."""
-    files = _json_files(
-        path, {"train": "train.json", "dev": "dev.json"}, lambda name: _SPLIT_NAMES.get(name.split(".")[0], "train")
-    )
-    if not files:
-        raise FileNotFoundError(f"{path}: no WikiHop train.json / dev.json(.gz)")
+    files = wikihop_files(path)
     errors = Errors(on_error)
     by_split: dict[str, list[dict]] = {}
     for split, file in files.items():
@@ -270,12 +294,7 @@ def read_wikihop(path: str, clean: bool = True, on_error: str = "raise") -> Corp
 
 
 # --------------------------------------------------------------------------------------------------- SQuAD
-def read_squad(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
-    """SQuAD 1.1 (`{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers":
-    [{"answer_start", "text"}]}]}]}]}`), the single-passage case of DynSAN's Table 4: the folder of the official
-    `train-v1.1.json` / `dev-v1.1.json` (plain or .gz), or one file (its split from the name: `train...` or
-    anything else `dev`). Each question's given spans are kept; a span whose characters differ from its text is a
-    bad record."""
+def squad_files(path: str) -> dict[str, str]:
     files = _json_files(
         path,
         {"train": "train-v1.1.json", "dev": "dev-v1.1.json"},
@@ -283,6 +302,16 @@ def read_squad(path: str, clean: bool = True, on_error: str = "raise") -> Corpus
     )
     if not files:
         raise FileNotFoundError(f"{path}: no SQuAD train-v1.1.json / dev-v1.1.json(.gz)")
+    return files
+
+
+def read_squad(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """SQuAD 1.1 (`{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers":
+    [{"answer_start", "text"}]}]}]}]}`), the single-passage case of DynSAN's Table 4: the folder of the official
+    `train-v1.1.json` / `dev-v1.1.json` (plain or .gz), or one file (its split from the name: `train...` or
+    anything else `dev`). Each question's given spans are kept; a span whose characters differ from its text is a
+    bad record."""
+    files = squad_files(path)
     errors = Errors(on_error)
     by_split: dict[str, list[dict]] = {}
     for split, file in files.items():

@@ -11,7 +11,7 @@ from pipelines.readers.common import Corpus, Errors, ReaderError, keep_clean, op
 _SEMEVAL_SPLITS = {"train": ("train-part1", "train-part2", "train"), "dev": ("dev",), "test": ("test",)}
 
 
-def _semeval_split_of(file: str) -> str | None:
+def semeval_split_of(file: str) -> str | None:
     name = os.path.basename(file).lower()
     if not re.search(r"semeval.*task3.*\.xml(\.gz)?$", name):
         return None
@@ -23,6 +23,20 @@ def _semeval_split_of(file: str) -> str | None:
 
 def _semeval_text(subject: str | None, body: str | None) -> str:
     return " ".join(part.strip() for part in (subject or "", body or "") if part and part.strip())
+
+
+def semeval_files(path: str) -> list[str]:
+    """`path` itself when it is a file, else the official files inside it; an error when there are none."""
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else sorted(os.path.join(path, f) for f in os.listdir(path) if semeval_split_of(f))
+        if os.path.isdir(path)
+        else []
+    )
+    if not files:
+        raise FileNotFoundError(f"{path}: no SemEval2016-Task3-CQA-QL-*.xml(.gz) files")
+    return files
 
 
 def read_semeval(path: str, clean: bool = True, on_error: str = "raise", task: str = "A") -> Corpus:
@@ -39,20 +53,12 @@ def read_semeval(path: str, clean: bool = True, on_error: str = "raise", task: s
 
     if task not in ("A", "C"):
         raise ValueError(f"SemEval task must be 'A' or 'C', got {task!r}")
-    files = (
-        [path]
-        if os.path.isfile(path)
-        else sorted(os.path.join(path, f) for f in os.listdir(path) if _semeval_split_of(f))
-        if os.path.isdir(path)
-        else []
-    )
-    if not files:
-        raise FileNotFoundError(f"{path}: no SemEval2016-Task3-CQA-QL-*.xml(.gz) files")
+    files = semeval_files(path)
     errors = Errors(on_error)
     by_split: dict[str, list[dict]] = {}
     label_field = "RELC_RELEVANCE2RELQ" if task == "A" else "RELC_RELEVANCE2ORGQ"
     for file in files:
-        split = _semeval_split_of(file) or "train"
+        split = semeval_split_of(file) or "train"
         rows = by_split.setdefault(split, [])
         seen = {(r["qid"], r["aid"]) for r in rows}
         unlabelled = 0

@@ -123,16 +123,33 @@ def _castorini_split(folder: str, errors: Errors) -> list[dict]:
     return rows
 
 
+def trecqa_sources(path: str, clean: bool = True) -> tuple[str, dict[str, str]]:
+    """The layout ("jacana" or "castorini") and `{split: file or folder}` found in `path`; an error when neither
+    layout is there. With castorini folders, `clean` picks `clean-*` over `raw-*`."""
+    found = {split: find_file(path, name) for split, name in _JACANA_FILES.items()}
+    jacana = {split: file for split, file in found.items() if file}
+    if jacana:
+        return "jacana", jacana
+    folders = {}
+    for split, names in _CASTORINI_DIRS.items():
+        choices = names if clean else list(reversed(names))
+        folder = next((os.path.join(path, n) for n in choices if os.path.isdir(os.path.join(path, n))), None)
+        if folder is not None:
+            folders[split] = folder
+    if not folders:
+        raise FileNotFoundError(f"{path}: no TrecQA files (jacana TRAIN/DEV/TEST.xml or castorini train/, dev/...)")
+    return "castorini", folders
+
+
 def read_trecqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
     """`path`: a folder with the jacana files (`TRAIN.xml`, `DEV.xml`, `TEST.xml`, optionally `TRAIN-ALL.xml`,
     plain or .gz) or the castorini folders (`train/`, `clean-dev/` or `raw-dev/`, ...). With castorini folders,
     `clean` picks `clean-*` over `raw-*` (and filters `raw-*` when only those are there)."""
+    layout, sources = trecqa_sources(path, clean)
     errors = Errors(on_error)
     corpus = Corpus("trecqa", {}, clean=clean)
-    found = {split: find_file(path, name) for split, name in _JACANA_FILES.items()}
-    jacana = {split: file for split, file in found.items() if file}
-    if jacana:
-        for split, file in jacana.items():
+    if layout == "jacana":
+        for split, file in sources.items():
             rows, empty = _jacana_questions(file, errors)
             if clean and split in ("dev", "test"):
                 rows, dropped = keep_clean(rows, drop_all_positive=True)
@@ -141,16 +158,10 @@ def read_trecqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpu
                 corpus.without_candidates[split] = empty
             corpus.splits[split] = pairs_table(rows)
     else:
-        for split, names in _CASTORINI_DIRS.items():
-            choices = names if clean else list(reversed(names))
-            folder = next((os.path.join(path, n) for n in choices if os.path.isdir(os.path.join(path, n))), None)
-            if folder is None:
-                continue
+        for split, folder in sources.items():
             rows = _castorini_split(folder, errors)
             if clean and split in ("dev", "test") and os.path.basename(folder).startswith("raw"):
                 rows, corpus.dropped_by_filter[split] = keep_clean(rows, drop_all_positive=True)
             corpus.splits[split] = pairs_table(rows)
-    if not corpus.splits:
-        raise FileNotFoundError(f"{path}: no TrecQA files (jacana TRAIN/DEV/TEST.xml or castorini train/, dev/...)")
     corpus.skipped = errors.skipped
     return corpus

@@ -11,8 +11,8 @@ from pipelines.readers.common import Corpus, Errors, ReaderError, find_file, kee
 _WIKIQA_HEADER = ["QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label"]
 
 
-def read_wikiqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
-    """`path`: the folder with `WikiQA-{train,dev,test}.tsv` (or `.tsv.gz`), or one of those files."""
+def wikiqa_files(path: str) -> dict[str, str]:
+    """`{split: file}`: `path` itself when it is one of the files, else those inside it; an error when none is."""
     files = {}
     if os.path.isfile(path):
         match = re.search(r"WikiQA-(train|dev|test)\.tsv", os.path.basename(path))
@@ -26,6 +26,12 @@ def read_wikiqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpu
                 files[split] = found
         if not files:
             raise FileNotFoundError(f"{path}: no WikiQA-{{train,dev,test}}.tsv(.gz) found")
+    return files
+
+
+def read_wikiqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """`path`: the folder with `WikiQA-{train,dev,test}.tsv` (or `.tsv.gz`), or one of those files."""
+    files = wikiqa_files(path)
     errors = Errors(on_error)
     corpus = Corpus("wikiqa", {}, clean=clean)
     for split, file in files.items():

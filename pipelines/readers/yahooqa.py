@@ -8,13 +8,8 @@ from pipelines.readers.common import Corpus, Errors, find_file, keep_clean, open
 
 
 # -------------------------------------------------------------------------------------------------- YahooQA
-def read_yahooqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
-    """YahooQA in the Tay et al. 2017 splits (github.com/vanzytay/YahooQA_Splits) written out as one TSV per
-    split, `{train,dev,test}.tsv` (or `.txt`, plain or .gz): `question<TAB>answer<TAB>label`, no header, a
-    question's five candidates (one positive, four Lucene negatives) on consecutive lines. The authors ship
-    the splits as a Python pickle; unpickling runs code, so this reader takes the text form only. Questions are
-    grouped by their text within a split, ids `SPLIT-N` in order of appearance. `clean` drops questions
-    without a positive."""
+def yahooqa_files(path: str) -> dict[str, str]:
+    """`{split: file}` inside the folder `path`; an error when there are none."""
     files = {}
     for split in ("train", "dev", "test"):
         for name in (f"{split}.tsv", f"{split}.txt"):
@@ -24,6 +19,17 @@ def read_yahooqa(path: str, clean: bool = True, on_error: str = "raise") -> Corp
                 break
     if not files:
         raise FileNotFoundError(f"{path}: no YahooQA {{train,dev,test}}.tsv(.gz) (question<TAB>answer<TAB>label)")
+    return files
+
+
+def read_yahooqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
+    """YahooQA in the Tay et al. 2017 splits (github.com/vanzytay/YahooQA_Splits) written out as one TSV per
+    split, `{train,dev,test}.tsv` (or `.txt`, plain or .gz): `question<TAB>answer<TAB>label`, no header, a
+    question's five candidates (one positive, four Lucene negatives) on consecutive lines. The authors ship
+    the splits as a Python pickle; unpickling runs code, so this reader takes the text form only. Questions are
+    grouped by their text within a split, ids `SPLIT-N` in order of appearance. `clean` drops questions
+    without a positive."""
+    files = yahooqa_files(path)
     errors = Errors(on_error)
     corpus = Corpus("yahooqa", {}, clean=clean)
     for split, file in files.items():

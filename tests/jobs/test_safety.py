@@ -390,7 +390,7 @@ def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, jo
     valid = {
         "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs")],
         "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o")],
-        "tokenize_corpora": ["--dataset", "wikiqa", "--input", tiny, "--output", str(tmp_path / "o")],
+        "tokenize_corpora": ["--dataset", "stackexchangeqa", "--input", tiny, "--output", str(tmp_path / "o")],
         "word_vectors": ["--data", tiny],
         "evaluate": ["--checkpoint", str(tmp_path), "--data", tiny],
         "zero_shot": ["--data", tiny],
@@ -400,6 +400,38 @@ def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, jo
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].endswith(message) or message in err.strip().splitlines()[-1], err
     assert not (tmp_path / "o").exists() and not (tmp_path / "runs").exists()
+
+
+WRONG_INPUTS = [
+    ("wikiqa", "TEST.xml", "no WikiQA-{train,dev,test}.tsv(.gz) found"),
+    ("trecqa", "WikiQA-train.tsv", "no TrecQA files"),
+    ("semeval-ql", "WikiQA-train.tsv", "no SemEval2016-Task3-CQA-QL-*.xml(.gz) files"),
+    ("insuranceqa", "vocabulary", "InsuranceQA v1 needs answers.label.token_idx (plain or .gz)"),
+    ("yahooqa", "WikiQA-train.tsv", "no YahooQA {train,dev,test}.tsv(.gz)"),
+    ("searchqa", "WikiQA-train.tsv", "no SearchQA {train,val,test}.txt(.gz)"),
+    ("quasart", "questions/train_questions.json.gz", "has no contexts/short/train_contexts.json(.gz) beside it"),
+    ("wikihop", "train-v1.1.json", "no WikiHop train.json / dev.json(.gz)"),
+    ("squad", "dev-v1.1.json", "squad has no train split (found dev); tokenising needs it"),
+    ("stackexchangeqa", "WikiQA-train.tsv", "stackexchangeqa has no train split (found none)"),
+]
+
+
+@pytest.mark.parametrize("dataset, present, message", WRONG_INPUTS, ids=[d for d, _, _ in WRONG_INPUTS])
+def test_an_input_without_the_files_its_dataset_needs_is_named_before_ray_starts(
+    tmp_path, capsys, dataset, present, message
+):
+    """Another set's folder (or a set without its training split) passed as --input: one line naming the folder
+    and what it lacks, exit 2, before any work; --dry-run says the same (it said nothing wrong before)."""
+    folder = tmp_path / "input"
+    (folder / present).parent.mkdir(parents=True, exist_ok=True)
+    (folder / present).write_text("")
+    for dry_run in (["--dry-run"], []):
+        argv = ["--dataset", dataset, "--input", str(folder), "--output", str(tmp_path / "out"), *dry_run]
+        assert _exit_code("tokenize_corpora", argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"tokenize_corpora: error: --input {folder}: ") and message in err, err
+        assert "\n" not in err
+    assert sorted(os.listdir(tmp_path)) == ["input"]
 
 
 def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
@@ -514,7 +546,7 @@ def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, t
     checkpoint = _checkpoint(tmp_path / "checkpoint", tiny)
     dry_runs = {
         "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "seqa")],
-        "tokenize_corpora": ["--dataset", "wikiqa", "--input", tiny, "--output", str(tmp_path / "tok")],
+        "tokenize_corpora": ["--dataset", "stackexchangeqa", "--input", tiny, "--output", str(tmp_path / "tok")],
         "word_vectors": ["--data", tiny],
         "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--dim", "16"],
         "evaluate": ["--checkpoint", checkpoint, "--data", tiny],
