@@ -125,8 +125,18 @@ def _open(path: str):
 
 
 def check_readable(path: str) -> None:
-    """Raise DumpError naming `path` if it is missing, a folder without a dump, empty, or not what it says."""
-    _open(resolve_dump(path)).close()
+    """Raise DumpError naming `path` if it is missing, a folder without a dump, empty, or not what it says: for
+    an XML dump (plain or gzip) that includes its root element and first row (another dump file of the site, such
+    as Users.xml, or a damaged start), read here in a moment rather than by the build after Ray has started.
+    A .7z is only checked for its magic bytes: its Posts.xml is extracted when read."""
+    path = resolve_dump(path)
+    _open(path).close()
+    if not path.endswith(".7z"):
+        posts = iter_posts(path)
+        try:
+            next(posts, None)
+        finally:
+            posts.close()
 
 
 def _iter_archive(path: str, site: str) -> Iterator[dict]:
