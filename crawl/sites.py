@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import re
+
 # api_site_parameter of the sites whose host is not <name>.stackexchange.com
 _OWN_DOMAINS = {
     "stackoverflow": "stackoverflow.com",
@@ -14,6 +16,15 @@ _OWN_DOMAINS = {
     "mathoverflow": "mathoverflow.net",
     "stackapps": "stackapps.com",
 }
+
+
+_SITE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def is_site_name(name: str) -> bool:
+    """Whether `name` can name a site ('beer', 'pt.stackoverflow', 'beer.stackexchange.com'): a host name's
+    letters, digits, hyphens and dots, nothing a request or a file name would mangle ('cof fee', 'beer/')."""
+    return _SITE_NAME.fullmatch(name.strip().lower()) is not None
 
 
 def site_host(name: str) -> str:

@@ -50,6 +50,11 @@ def test_site_names_are_hosts():
     assert site_host("pt.stackoverflow") == "pt.stackoverflow.com" == site_host("pt.stackoverflow.com")
     assert api_site("beer.stackexchange.com") == "beer" and api_site("pt.stackoverflow.com") == "pt.stackoverflow"
     assert api_site("stackoverflow.com") == "stackoverflow"
+    from crawl.sites import is_site_name
+
+    good = ("beer", "Beer", "pt.stackoverflow", "beer.stackexchange.com", "3dprinting", "meta.beer", "ja.stackoverflow")
+    assert all(is_site_name(name) for name in good)
+    assert not any(is_site_name(name) for name in ("", "cof fee", "beer/", "-beer", "beer.", "beer..com", "bière"))
 
 
 @pytest.mark.slow

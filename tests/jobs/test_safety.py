@@ -355,6 +355,8 @@ NONSENSE = [
     ("build_stackexchangeqa", ["--dev-fraction", "0.6", "--test-fraction", "0.5"], "leave no questions to train on"),
     ("build_stackexchangeqa", ["--partition-mb", "0"], "--partition-mb must be at least 1"),
     ("build_stackexchangeqa", ["--requests-per-second", "0"], "--requests-per-second must be above 0"),
+    ("build_stackexchangeqa", ["--source", "api", "--sites", "beer,cof fee"], "--sites: 'cof fee' is not a site name"),
+    ("build_stackexchangeqa", ["--download", "beer,co/ffee"], "--download: 'co/ffee' is not a site name"),
     (
         "build_stackexchangeqa",
         ["--hard-negatives", "minilm", "--mine-candidates", "0"],
