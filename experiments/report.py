@@ -207,6 +207,8 @@ def earlier_plan_runs(runs: dict, out: str) -> set[str]:
     return earlier
 
 
+REPORT_TITLE = "# Results: our figures beside the papers'"  # the first line of every report: what may be replaced
+
 # each evidence row against the row it changes one thing of
 EVIDENCE_BASE = {
     "wikiqa/iarnn-word-no-regularisation": "wikiqa/iarnn-word",
@@ -339,7 +341,7 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
                 + "."
             )
     return [
-        "# Results: our figures beside the papers'",
+        REPORT_TITLE,
         "",
         *(
             [
@@ -916,6 +918,29 @@ def runs_section(runs: dict, ledger: Ledger) -> list[str]:
         "fields) is in the ledger under `config` and `model_config`, and in the checkpoint's "
         "`config.json`.",
     ]
+
+
+def report_refusal(report: str, ledger: str) -> str | None:
+    """Why writing the report to `report` would destroy something, or None: it is the ledger it is written from
+    (or the ledger's lock or one of its per-question files), or an existing file that is not an earlier report
+    (its first line is not REPORT_TITLE: a README, notes)."""
+    real, ledger_real = os.path.realpath(report), os.path.realpath(ledger)
+    questions = os.path.splitext(ledger_real)[0] + "-questions"
+    if real in (ledger_real, ledger_real + ".lock") or real.startswith(questions + os.sep):
+        return (
+            f"--report {report}: is the run ledger --ledger {ledger} or one of its files; the report would replace it"
+        )
+    if os.path.isdir(report):
+        return f"--report {report}: a folder; name the report's .md file"
+    if os.path.exists(report):
+        with open(report, errors="replace") as f:
+            first = f.readline().rstrip("\n")
+        if first != REPORT_TITLE:
+            return (
+                f"--report {report}: an existing file that is not an earlier report (its first line is not "
+                f"{REPORT_TITLE!r}); writing the report would replace it (name a new file)"
+            )
+    return None
 
 
 def write_report(rows: list[Row], ledger: Ledger, out: str, report: str) -> None:

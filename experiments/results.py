@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as `python experiments/results.py` from a c
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.plan import REPO, SEEDS, data_steps, runs_of, say, shown
-from experiments.report import report_rows, write_report
+from experiments.report import report_refusal, report_rows, write_report
 from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
     EFFICIENCY,
@@ -130,6 +130,9 @@ def main(argv=None) -> int:
         "with whether it is done (its output prepared, its record in the ledger), and exit",
     )
     args = p.parse_args(argv)
+    refusal = report_refusal(args.report, args.ledger)
+    if refusal:
+        p.error(refusal)
     if not (args.report_only or args.dry_run or args.allow_dirty) and git_commit().endswith("-dirty"):
         p.error(
             "the working tree has uncommitted changes: commit them so that each record names the code it ran "
@@ -141,7 +144,10 @@ def main(argv=None) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(","))
     rows = selected_rows(args.only, args.all, args.profile)
     os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
-    ledger = Ledger(args.ledger)
+    try:
+        ledger = Ledger(args.ledger)
+    except (OSError, ValueError) as error:  # not JSON (the report named as --ledger), a per-question file lost
+        p.error(f"--ledger {args.ledger}: not a run ledger that can be read ({error})")
     if args.prepare_only:  # every selected row's data, whether or not its runs are recorded
         needed = data_needed(rows, args.profile)
     else:

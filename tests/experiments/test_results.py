@@ -1258,6 +1258,36 @@ def test_rows_from_uncommitted_code_are_marked_and_a_dirty_tree_is_refused(tmp_p
     assert results.main(["--dry-run", "--only", "wikiqa/iarnn-gate", "--ledger", ledger_path]) == 0
 
 
+def test_the_report_never_replaces_the_ledger_or_a_file_that_is_not_a_report(tmp_path, capsys):
+    """--report naming the ledger wrote the page over it (measured: --report-only --report LEDGER exit 0, the ledger
+    markdown); --report naming a README replaced it; a --ledger that is not one ended in a traceback. Each is one
+    line, exit 2, before any work, and nothing on disk changes; an earlier report is replaced as before."""
+    from experiments import results
+
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger.add("wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.7, "mrr": 0.71, "p@1": 0.5}))
+    (tmp_path / "README.md").write_text("# My project\n")
+    before = {name: (tmp_path / name).read_bytes() for name in sorted(os.listdir(tmp_path)) if name.endswith(".md")}
+    before["ledger.json"] = (tmp_path / "ledger.json").read_bytes()
+    for report, ledger_path, message in (
+        ("ledger.json", "ledger.json", "is the run ledger --ledger"),
+        ("ledger-questions/x.json", "ledger.json", "is the run ledger --ledger"),
+        ("README.md", "ledger.json", "an existing file that is not an earlier report"),
+        ("new.md", "README.md", "not a run ledger that can be read"),
+    ):
+        argv = ["--report-only", "--report", str(tmp_path / report), "--ledger", str(tmp_path / ledger_path)]
+        with pytest.raises(SystemExit) as refused:
+            results.main([*argv, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert refused.value.code == 2 and message in err, err
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert not (tmp_path / "new.md").exists() and not (tmp_path / "out").exists()
+    argv = ["--report-only", "--only", "wikiqa/iarnn-gate", "--ledger", str(tmp_path / "ledger.json")]
+    for _ in range(2):  # written, then replaced: an earlier report
+        assert results.main([*argv, "--report", str(tmp_path / "results.md"), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "results.md").read_text().startswith(writer.REPORT_TITLE + "\n")
+
+
 def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tree(tmp_path, monkeypatch, capsys):
     from experiments import results
 
