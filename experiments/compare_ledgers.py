@@ -203,7 +203,11 @@ def main(argv=None) -> int:
             check_output_file(args.json, inputs=(args.a, args.b), option="--json")
         except OutputError as error:
             p.error(str(error))
-    a, b = (profile_view(Ledger(path), args.profile) for path in (args.a, args.b))
+    try:  # each names its file: not JSON (the page given as a ledger), or per-question figures not beside it
+        ledgers = [Ledger(path) for path in (args.a, args.b)]
+    except (OSError, ValueError) as error:
+        p.error(str(error))
+    a, b = (profile_view(ledger, args.profile) for ledger in ledgers)
     other_plans = drop_other_plans(a, b)
     only_a, only_b = keep_common(a, b)
     runs, rows, claims = compare_runs(a, b), compare_rows(a, b), compare_claims(a, b)

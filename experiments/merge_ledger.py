@@ -124,11 +124,11 @@ def main(argv=None) -> int:
         p.error(f"{args.other}: no such ledger")
     if os.path.realpath(args.other) == os.path.realpath(args.ledger):
         p.error(f"{args.other} is the ledger merged into")
-    try:
-        other = Ledger(args.other)
-    except ValueError as error:  # a record naming per-question figures that are not beside it
+    try:  # each names its file: not JSON, or a record naming per-question figures that are not beside it
+        other, ledger = Ledger(args.other), Ledger(args.ledger)
+    except (OSError, ValueError) as error:
         p.error(str(error))
-    done = merge(other, Ledger(args.ledger), args.dry_run)
+    done = merge(other, ledger, args.dry_run)
     counts = ", ".join(f"{len(keys)} {what}" for what, keys in sorted(done.items())) or "nothing new"
     print(f"{'would merge' if args.dry_run else 'merged'} into {args.ledger}: {counts}")
     if done.get("taken") and not args.dry_run:

@@ -519,7 +519,12 @@ def main(argv=None) -> int:
         p.error("--seed draws a record: it goes with --pick-random")
     if not 0 <= args.tolerance < 1:
         p.error(f"--tolerance {args.tolerance}: a difference of figures between 0 and 1")
-    ledger = Ledger(args.ledger)
+    if not os.path.isfile(args.ledger):
+        p.error(f"--ledger {args.ledger}: no such ledger")
+    try:  # it names its file: not JSON (the page given as the ledger), or per-question figures not beside it
+        ledger = Ledger(args.ledger)
+    except (OSError, ValueError) as error:
+        p.error(f"--ledger {error}")
     drawn = None
     if args.pick_random:
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)

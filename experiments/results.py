@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     try:
         ledger = Ledger(args.ledger)
     except (OSError, ValueError) as error:  # not JSON (the report named as --ledger), a per-question file lost
-        p.error(f"--ledger {args.ledger}: not a run ledger that can be read ({error})")
+        p.error(f"--ledger {error}")
     if args.prepare_only:  # every selected row's data, whether or not its runs are recorded
         needed = data_needed(rows, args.profile)
     else:

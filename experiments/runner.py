@@ -86,7 +86,14 @@ class Ledger:
         if not os.path.exists(self.path):
             return {}
         with open(self.path) as f:
-            records = json.load(f)
+            try:
+                records = json.load(f)
+            except ValueError as error:  # another file given as the ledger (the report, say)
+                raise ValueError(f"{self.path}: not a run ledger: not JSON ({error})") from None
+        if not isinstance(records, dict):
+            raise ValueError(
+                f"{self.path}: not a run ledger: a JSON {type(records).__name__}, not an object of records"
+            )
         self.on_disk = {}  # per-question figures as their files hold them, so that a write skips the unchanged
         for key, record in records.items():
             stored = record.get("per_question") if isinstance(record, dict) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -85,10 +86,13 @@ def test_runs_rows_and_claims_are_set_side_by_side(tmp_path, capsys):
 
 def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
     a, b = _ledgers(tmp_path, gate_gain_b=0.3)
+    with open(os.path.join(tmp_path, "results.md"), "w") as f:
+        f.write("# Results\n")
     for argv, message in (
         ([a, str(tmp_path / "none.json")], "none.json: no such ledger"),
         ([a, a], "the same ledger as"),
         ([a, b, "--json", a], "writing it would destroy that input"),
+        ([a, os.path.join(tmp_path, "results.md")], "results.md: not a run ledger: not JSON"),
     ):
         with pytest.raises(SystemExit):
             compare_ledgers.main(argv)

@@ -91,12 +91,16 @@ def test_a_record_is_taken_only_where_it_is_newer_than_the_one_here(history, tmp
     assert merge_ledger.merge(Ledger(there.path), Ledger(here.path), repo=repo).get("taken") is None  # idempotent
 
 
-def test_the_command_refuses_a_missing_ledger_and_merging_a_ledger_into_itself(tmp_path, capsys):
+def test_the_command_refuses_a_missing_ledger_a_file_that_is_none_and_merging_a_ledger_into_itself(tmp_path, capsys):
     ledger = tmp_path / "ledger.json"
     Ledger(str(ledger)).add("data:wikiqa", {"command": "python ...", "seconds": 1.0})
+    report = tmp_path / "results.md"
+    report.write_text("# Results: our figures beside the papers'\n")
     for argv, message in (
         ([str(tmp_path / "nowhere.json"), "--ledger", str(ledger)], "nowhere.json: no such ledger"),
         ([str(ledger), "--ledger", str(ledger)], "is the ledger merged into"),
+        ([str(report), "--ledger", str(ledger)], f"{report}: not a run ledger: not JSON"),  # the page, say
+        ([str(ledger), "--ledger", str(report)], f"{report}: not a run ledger: not JSON"),
     ):
         with pytest.raises(SystemExit) as refused:
             merge_ledger.main(argv)

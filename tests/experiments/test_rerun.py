@@ -136,6 +136,19 @@ def test_an_out_folder_over_the_runs_inputs_or_the_results_is_refused(tmp_path):
     rerun.check_scratch(os.path.join(REPO, "out", "rerun"), record)
 
 
+def test_a_ledger_that_is_missing_or_not_a_ledger_is_named_in_one_line(tmp_path, capsys):
+    page = tmp_path / "results.md"
+    page.write_text("# Results: our figures beside the papers'\n")
+    for ledger, message in (
+        (page, f"--ledger {page}: not a run ledger: not JSON"),
+        (tmp_path / "none.json", "no such"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            rerun.main(["--ledger", str(ledger), "--pick-random", "--no-record", "--out", str(tmp_path / "rerun")])
+        assert refused.value.code == 2 and message in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["results.md"]
+
+
 @needs_git
 def test_a_draw_is_repeatable_and_only_among_records_that_can_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(rerun, "cuda_here", lambda: False)

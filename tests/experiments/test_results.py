@@ -1273,7 +1273,7 @@ def test_the_report_never_replaces_the_ledger_or_a_file_that_is_not_a_report(tmp
         ("ledger.json", "ledger.json", "is the run ledger --ledger"),
         ("ledger-questions/x.json", "ledger.json", "is the run ledger --ledger"),
         ("README.md", "ledger.json", "an existing file that is not an earlier report"),
-        ("new.md", "README.md", "not a run ledger that can be read"),
+        ("new.md", "README.md", f"--ledger {tmp_path}/README.md: not a run ledger: not JSON"),
     ):
         argv = ["--report-only", "--report", str(tmp_path / report), "--ledger", str(tmp_path / ledger_path)]
         with pytest.raises(SystemExit) as refused:
