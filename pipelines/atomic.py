@@ -56,14 +56,15 @@ def output_job(folder: str) -> str | None:
 
 
 def files_under(folder: str) -> list[str]:
-    """Every file (and link) under `folder`, as sorted paths relative to it; the marker and SYSTEM_LITTER left out."""
+    """Every file (and link) under `folder`, as sorted paths relative to it; the marker (and a rewrite of it a crash
+    left) and SYSTEM_LITTER left out."""
     found = []
     for root, dirs, files in os.walk(folder):
         links = [name for name in dirs if os.path.islink(os.path.join(root, name))]  # os.walk does not enter them
         for name in files + links:
             if name not in SYSTEM_LITTER:
                 found.append(os.path.relpath(os.path.join(root, name), folder))
-    return sorted(path for path in found if path != MARKER)
+    return sorted(path for path in found if path != MARKER and not path.startswith(MARKER + ".tmp-"))
 
 
 def foreign_files(folder: str) -> list[str]:

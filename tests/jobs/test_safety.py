@@ -274,6 +274,7 @@ def test_an_earlier_output_holding_files_its_job_did_not_write_is_not_replaced(t
     assert tree(tmp_path) == before
     os.remove(tmp_path / "tokenised" / "notes.txt")
     os.remove(tmp_path / "tokenised" / "test" / "predictions.jsonl")
+    (tmp_path / "tokenised" / f"{MARKER}.tmp-0badf00d").write_text("{")  # a marker rewrite a crash cut short
     with staged_dir(data, "tokenize_corpora") as staging:  # replaced, derived vectors and litter with it
         make_tokenised(staging)
     assert not os.path.exists(os.path.join(data, "embeddings.npy")) and "derived" not in read_marker(data)
