@@ -12,7 +12,7 @@ import gzip
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -194,7 +194,7 @@ def _post(attrs, site: str, path: str, line: int, where: str) -> dict:
     }
 
 
-def iter_posts(path: str, site: str | None = None) -> Iterator[dict]:
+def iter_posts(path: str, site: str | None = None) -> Generator[dict, None, None]:
     """Yield every `<row>` of a dump as a dict with the POSTS columns, in file order."""
     path = resolve_dump(path)
     site = site_host(site) if site else site_name(path)
