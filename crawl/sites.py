@@ -27,6 +27,18 @@ def is_site_name(name: str) -> bool:
     return _SITE_NAME.fullmatch(name.strip().lower()) is not None
 
 
+def check_site_names(option: str, names: list[str]) -> None:
+    """Raise UsageError naming `option` and the first of `names` that is no site name."""
+    from runtime.checks import UsageError
+
+    wrong = [name for name in names if not is_site_name(name)]
+    if wrong:
+        raise UsageError(
+            f"{option}: {wrong[0]!r} is not a site name (a host's letters, digits, hyphens and dots: beer, "
+            "pt.stackoverflow, beer.stackexchange.com)"
+        )
+
+
 def site_host(name: str) -> str:
     """Sites are named by host everywhere: 'beer' -> 'beer.stackexchange.com', 'stackoverflow' ->
     'stackoverflow.com', 'pt.stackoverflow' -> 'pt.stackoverflow.com'; hosts pass through."""

@@ -227,11 +227,12 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
     if args.download.strip() == "all" and not args.sites_xml:
         p.error("--download all needs --sites-xml (the Sites.xml of a dump) to know the sites")
     if args.download.strip() not in ("", "all"):
-        from crawl.sites import is_site_name
+        from crawl.sites import check_site_names
 
-        wrong = [name for name in args.download.split(",") if name.strip() and not is_site_name(name)]
-        if wrong:
-            p.error(f"--download: {wrong[0]!r} is not a site name (beer, pt.stackoverflow, beer.stackexchange.com)")
+        try:
+            check_site_names("--download", [name for name in args.download.split(",") if name.strip()])
+        except UsageError as error:
+            p.error(str(error))
     if args.source == "api" and not args.sites.strip():
         p.error("--sites is required with --source api")
     if args.source == "pages" and not args.urls:

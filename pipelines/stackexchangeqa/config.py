@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from crawl.sites import is_site_name
+from crawl.sites import check_site_names
 from pipelines.atomic import recognised_by
 from pipelines.dedup import DEDUP_MODES
 from pipelines.negatives import POOL_MODES
@@ -145,13 +145,8 @@ class BuildConfig:
         integer_at_least("--max-retries", self.max_retries, 0)
         if self.sites and len(self.sites) != len(self.dumps):
             raise UsageError(f"{len(self.sites)} site names for {len(self.dumps)} dumps")
-        for option, names in (("--sites", self.api_sites), ("--dump SITE=PATH", [s for s in self.sites if s])):
-            wrong = [name for name in names if not is_site_name(name)]
-            if wrong:
-                raise UsageError(
-                    f"{option}: {wrong[0]!r} is not a site name (a host's letters, digits, hyphens and dots: "
-                    "beer, pt.stackoverflow, beer.stackexchange.com)"
-                )
+        check_site_names("--sites", self.api_sites)
+        check_site_names("--dump SITE=PATH", [site for site in self.sites if site])
 
     def input_paths(self) -> list[str]:
         """What the build reads and keeps, which its output must never hold: dumps, test sets to exclude, the
