@@ -337,7 +337,7 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     are missing, an output folder that would destroy something (it holds a dump, the crawl cache, a test set to
     exclude, the URL list, the downloads or the miner, or it is not an earlier build), dumps that cannot be read,
     and a --hard-negatives miner that cannot be loaded."""
-    from crawl.dump import check_readable
+    from crawl.dump import DumpError, check_readable
     from pipelines.atomic import check_output
     from pipelines.stackexchangeqa import JOB, earlier_build
 
@@ -351,8 +351,11 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
         args.checksums if "://" not in (args.checksums or "") else None,
     ]
     check_output(cfg.output, JOB, cfg.input_paths() + [p for p in others if p], earlier_build)
-    for path in cfg.dumps:  # the common mistakes (a folder without a dump, an empty file, not gzip): exit 1
-        check_readable(path)
+    for path in cfg.dumps:  # a folder without a dump, an empty file, not gzip, another file of the dump: refused
+        try:
+            check_readable(path)
+        except DumpError as error:
+            raise MissingInput(f"--dump {error}") from None
     spec = cfg.miner()
     if spec is not None:
         from pipelines.hard_negatives import check_miner

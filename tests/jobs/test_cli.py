@@ -369,9 +369,10 @@ def test_build_from_a_corrupt_dump_fails_in_one_line(tmp_path, shared_data, corr
         dump.write_bytes(whole[: len(whole) // 2])
         expected = ("Posts.xml.gz", "truncated or corrupt gzip")
     else:
+        # well-formed rows first (the job's own check before Ray starts reads the first), then what is no XML
         dump = tmp_path / "Posts.xml"
-        dump.write_bytes(b"<html><body>" + posts[:200_000].replace(b"<row ", b"<div ") + b"\x00 not xml")
-        expected = ("Posts.xml",)
+        dump.write_bytes(posts[:200_000].rsplit(b"\n", 1)[0] + b"\n<html><body>\x00 not xml")
+        expected = ("Posts.xml", "malformed XML")
     output = tmp_path / "out"
     result = _job("build_stackexchangeqa.py", "--dump", str(dump), "--output", str(output), "--num-cpus", "2")
     _check_one_line_error(result, "build_stackexchangeqa", *expected)
