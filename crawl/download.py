@@ -118,7 +118,13 @@ class Downloader:
         if os.path.exists(target):
             if expected is None or self._matches(target, expected):
                 return target
-            os.unlink(target)  # a stale or damaged archive under the final name: fetch again
+            # never ours (a download is renamed to its final name only once verified): another release of the
+            # dump, or the user's own file. Deleting gigabytes the user did not ask to lose is not this job's call.
+            kind, _ = expected.split(":", 1)
+            raise DownloadError(
+                f"{target}: already there, but its {kind} is not the mirror's for {name} ({expected}): another "
+                "release of the dump, or not a download of this job; move it away (or delete it) and run again"
+            )
         partial = target + ".part"
         reason = ""
         for attempt in range(self.cfg.max_retries + 1):

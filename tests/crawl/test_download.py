@@ -112,6 +112,26 @@ def test_download_with_a_wrong_checksum_keeps_nothing(http_server, beer_archive,
     assert os.listdir(tmp_path / "dl") == []
 
 
+def test_an_archive_already_there_with_another_checksum_is_named_and_kept(http_server, beer_archive, tmp_path):
+    """A file under an archive's final name that the mirror's checksum does not match was not downloaded by this
+    job (downloads are renamed only once verified): another release of the dump, or the user's own. It was deleted
+    and fetched again; now it is named and kept, and nothing is fetched."""
+    data = Path(beer_archive).read_bytes()
+    http_server.route("/dumps/beer.stackexchange.com.7z", data)
+    mine = tmp_path / "dl" / "beer.stackexchange.com.7z"
+    mine.parent.mkdir()
+    mine.write_bytes(b"last quarter's dump")
+    cfg = DownloadConfig(
+        dest=str(tmp_path / "dl"),
+        mirror=http_server.url("/dumps"),
+        checksums={"beer.stackexchange.com.7z": "sha256:" + hashlib.sha256(data).hexdigest()},
+    )
+    with pytest.raises(DownloadError, match=f"{mine}: already there, but its sha256 is not the mirror's"):
+        Downloader(cfg).site_archive("beer")
+    assert mine.read_bytes() == b"last quarter's dump" and os.listdir(tmp_path / "dl") == [mine.name]
+    assert not [path for _, path, _ in http_server.log if path.endswith(".7z")]
+
+
 def test_download_errors_name_the_url_and_redirects_stay_on_the_mirror(http_server, tmp_path):
     http_server.route(
         "/dumps/coffee.stackexchange.com.7z", "", status=302, headers={"Location": "http://evil.example/x.7z"}
