@@ -67,11 +67,11 @@ def files_under(folder: str) -> list[str]:
     return sorted(path for path in found if path != MARKER and not path.startswith(MARKER + ".tmp-"))
 
 
-def foreign_files(folder: str) -> list[str]:
-    """The files under an earlier output that neither its job wrote nor another job added by `add_derived_file`
-    (what replacing the output would delete though no job of ours made it: a user's notes, predictions, a run).
-    An output whose marker lists no files (written before markers did) has none that can be told apart."""
-    marker = read_marker(folder) or {}
+def foreign_files(folder: str, marker: dict) -> list[str]:
+    """The files under an earlier output (`marker`: its completion marker) that neither its job wrote nor another
+    job added by `add_derived_file` (what replacing the output would delete though no job of ours made it: a user's
+    notes, predictions, a run). An output whose marker lists no files (written before markers did) has none that
+    can be told apart."""
     if "files" not in marker:
         return []
     known = set(marker["files"]) | set(marker.get("derived", []))
@@ -132,8 +132,10 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
             )
     if not os.path.isdir(target) or not os.listdir(target):
         return
-    if output_job(target) == job:
-        foreign = foreign_files(target)
+    marker = read_marker(target) or {}
+    other = marker.get("job")
+    if other == job:
+        foreign = foreign_files(target, marker)
         if foreign:
             them = "them" if len(foreign) > 1 else "it"
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -142,9 +144,8 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
                 f"write; replacing it would delete {them} (move {them} out, or name a new folder)"
             )
         return
-    if legacy is not None and output_job(target) is None and legacy(target):
+    if legacy is not None and other is None and legacy(target):
         return
-    other = output_job(target)
     why = f"an output of {other}" if other else f"not an earlier output of {job} (no {MARKER})"
     raise OutputError(
         f"{option} {target}: a non-empty folder, {why}; replacing it would delete what it holds "
