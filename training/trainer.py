@@ -81,7 +81,7 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
-    if cfg.encoder_path:  # jobs/train.py checked it while parsing; a TrainConfig made in Python is checked here
+    if cfg.encoder_path:  # the parser only resolves its names: the folder is checked here, for --dry-run too
         from qa_models.encoders import require_encoder
 
         try:
