@@ -51,7 +51,7 @@ import multiprocessing
 import platform
 import time
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -333,6 +333,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", default=os.path.join(REPO, "bench", "encoders.json"))
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "ctrn_vs_lstm_speedup")
     repeats = args.repeats or (20 if args.device == "cuda" else 3)
     lengths = (
         QUICK

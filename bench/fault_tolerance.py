@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 FAILURES = ("kill-worker", "remove-node")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,7 +152,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--json", default=os.path.join(REPO, "bench", "fault_tolerance.json"), help="where to write the figures"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_result_file(p, args.json, "reference")
+    return args
 
 
 def main(argv=None) -> int:

@@ -19,18 +19,12 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 from crawl.dump import iter_posts
 from pipelines.text import html_to_text
 
-DEFAULT_DUMP = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "..",
-    "shared",
-    "data",
-    "stackexchange_dump_beer",
-    "Posts.xml.gz",
-)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
 
 
 def soup_text(html: str) -> str:
@@ -51,8 +45,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dump", default=DEFAULT_DUMP, help="a Posts.xml(.gz) whose bodies are the workload")
     p.add_argument("--repeat", type=int, default=3, help="passes over the bodies per method")
-    p.add_argument("--json", default="bench/html_to_text.json", help="where to write the figures")
+    p.add_argument(
+        "--json", default=os.path.join(REPO, "bench", "html_to_text.json"), help="where to write the figures"
+    )
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "lxml_vs_beautifulsoup", inputs=(args.dump,))
     bodies = [post["body"] for post in iter_posts(args.dump) if post["body"]]
     mean_kb = sum(len(b) for b in bodies) / len(bodies) / 1024
     lxml_rate = rate(html_to_text, bodies, args.repeat)

@@ -43,7 +43,7 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DUMP = os.path.join(REPO, "..", "shared", "data", "stackexchange_dump_beer", "Posts.xml.gz")
@@ -192,6 +192,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", default=os.path.join(REPO, "bench", "scale_projection.json"))
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "cpu_us_per_post", inputs=(args.bench, args.sites, args.dump))
     if not os.path.exists(args.bench):
         p.error(f"{args.bench}: not found; run python bench/stackexchangeqa.py first")
     with open(args.bench) as f:

@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 from bench.training import tokenised_wikiqa  # WikiQA tokenised into a temporary folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,6 +301,7 @@ def main(argv=None) -> int:
     p.add_argument("--job-batch", type=int, default=JOB_BATCH, help="the job's --batch-size: rows per actor call")
     p.add_argument("--json", default=os.path.join(REPO, "docs", "bench", "scoring.json"))
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "job_batch")
     repeats = sorted({int(r) for r in args.repeats.split(",")})
     with tempfile.TemporaryDirectory(prefix="bench-scoring-") as folder:
         data = args.data or tokenised_wikiqa(folder)

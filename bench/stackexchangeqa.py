@@ -59,7 +59,7 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 from runtime.ray_env import WORKER_ENV, local_ray_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -507,6 +507,7 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=None, help="where dumps and outputs go (default: a temporary folder)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "stackexchangeqa.json"))
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "posts_per_s_per_core", inputs=(args.dump,))
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sorted({min(100_000, args.posts), args.posts})
     baselines = [] if args.no_baseline else [b for b in args.baselines.split(",") if b]
     unknown = set(baselines) - set(BASELINES)

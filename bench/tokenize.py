@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_WIKIQA = os.path.join(REPO, "..", "shared", "data", "wikiqa")
@@ -185,6 +185,7 @@ def main(argv=None) -> int:
     p.add_argument("--cpus", default="1,2", help="CPU counts for the stage runs, comma-separated")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "tokenize.json"), help="where to write the figures")
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "stage_vs_raw_spacy")
     if not os.path.isdir(args.wikiqa):
         print(f"{args.wikiqa}: WikiQA not found (clone next to shared/ or pass --wikiqa)", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ import platform
 import tempfile
 import time
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 DEFAULT_MODELS = ("gsamn", "ggsa", "ctrn", "iarnn-gate", "qa-lstm")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,7 +214,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", default="1,2", help="Ray Train worker counts")
     p.add_argument("--checkpoint-dims", default="64,256,768", help="GSAMN widths for the checkpoint timings")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "training.json"), help="where to write the figures")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_result_file(p, args.json, "throughput")
+    return args
 
 
 def main(argv=None) -> int:

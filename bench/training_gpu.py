@@ -78,7 +78,7 @@ import threading
 import time
 from dataclasses import replace
 
-from bench.report import write_result
+from bench.report import check_result_file, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Steps before the clock starts, at least WARM_STEPS and a third of an arm's steps: the allocator, autotuning, the
@@ -741,6 +741,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a small check of the script")
     p.add_argument("--json", default=os.path.join(REPO, "docs", "bench", "training-gpu.json"))
     args = p.parse_args(argv)
+    check_result_file(p, args.json, "bf16_peak_tflops")
     unknown = [arm for arm in args.arms.split(",") if arm not in ARMS + OPTIONAL_ARMS]
     if unknown:
         p.error(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS + OPTIONAL_ARMS)})")

@@ -31,9 +31,10 @@ from experiments.report import is_run_record
 from experiments.rerun import PRIMARY_FIGURES, first_figure
 from experiments.rows import COMPARISONS, OUR_COMPARISONS, ROWS
 from experiments.runner import Ledger
-from pipelines.atomic import OutputError, check_output_file
+from pipelines.atomic import FileKind, OutputError, check_output_file
 
 TOLERANCE = 0.002  # rerun.py's "the same"
+COMPARISON = FileKind("an earlier comparison (JSON with claims)", "json", "claims")  # what --json may replace
 
 
 def profile_view(ledger: Ledger, profile: str) -> Ledger:
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
         p.error(f"{args.b}: the same ledger as {args.a}")
     if args.json:
         try:
-            check_output_file(args.json, inputs=(args.a, args.b), option="--json")
+            check_output_file(args.json, inputs=(args.a, args.b), option="--json", kind=COMPARISON)
         except OutputError as error:
             p.error(str(error))
     try:  # each names its file: not JSON (the page given as a ledger), or per-question figures not beside it

@@ -79,8 +79,11 @@ def main(argv=None) -> int:
         if args.test_output:
             from pipelines.atomic import check_output_file
             from pipelines.shards import tokenised_files
+            from training.evaluation import PER_QUESTION_RESULTS
 
-            check_output_file(args.test_output, tokenised_files(cfg.data), option="--test-output")
+            check_output_file(
+                args.test_output, tokenised_files(cfg.data), option="--test-output", kind=PER_QUESTION_RESULTS
+            )
     except Exception as error:
         return fail("train", error)
     if args.dry_run:

@@ -7,7 +7,9 @@ not an earlier output of the same job (recognised by the marker, `.qa-output.jso
 into every output it completes), or an earlier output that now holds files the job did not write (the marker lists
 every file of the output; a file another job writes into it on purpose, such as word_vectors' embeddings.npy, is
 added to that list by `add_derived_file` and goes with the output it was derived from). Replacing an earlier
-output stays atomic: a crash at any point leaves the old output or the new one.
+output stays atomic: a crash at any point leaves the old output or the new one. A single-file output (per-question
+results, a benchmark's figures) is checked by `check_output_file`: never in place of an input, and an existing file
+there is replaced only when it is an earlier file of the same kind (`FileKind`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 
 from runtime.checks import UsageError
 
@@ -153,9 +156,49 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
     )
 
 
-def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
-    """Raise OutputError if the file `target` is a folder, lies under a file (or an unwritable folder), or is one
-    of the files `inputs` (a results file may live beside its data, but never in place of it)."""
+@dataclass(frozen=True)
+class FileKind:
+    """What a single-file output writes, so that an existing file in its place is replaced only when it is an
+    earlier one of these (a re-run's results), never a README or notes a typo named: a JSON object holding `key`
+    (`layout` "json"), JSON lines whose first line is an object holding `key` ("jsonl"), or a NumPy array ("npy").
+    `what` names it in the refusal."""
+
+    what: str
+    layout: str
+    key: str | None = None
+
+    def __post_init__(self):
+        if self.layout not in ("json", "jsonl", "npy") or (self.layout != "npy" and not self.key):
+            raise ValueError(f"FileKind: layout json or jsonl with a key, or npy; got {self.layout!r}, {self.key!r}")
+
+    def written(self, path: str) -> bool:
+        """Whether the file `path` is one of these (read up to its first line, or whole for a JSON file no larger
+        than LARGEST_JSON_FILE; a file that cannot be read is not)."""
+        try:
+            with open(path, "rb") as f:
+                if self.layout == "npy":
+                    return f.read(6) == b"\x93NUMPY"
+                if self.layout == "jsonl":
+                    return self._holds_key(f.readline(LARGEST_JSON_FILE))
+                return os.path.getsize(path) <= LARGEST_JSON_FILE and self._holds_key(f.read())
+        except OSError:
+            return False
+
+    def _holds_key(self, text: bytes) -> bool:
+        try:
+            written = json.loads(text)
+        except ValueError:  # UnicodeDecodeError too
+            return False
+        return isinstance(written, dict) and self.key in written
+
+
+LARGEST_JSON_FILE = 64 * 2**20  # a results file of ours is far smaller; a larger "JSON" file is someone else's
+
+
+def check_output_file(target: str, inputs=(), option: str = "--output", *, kind: FileKind) -> None:
+    """Raise OutputError if the file `target` is a folder, lies under a file (or an unwritable folder), is one
+    of the files `inputs` (a results file may live beside its data, but never in place of it), or is an existing
+    file with something in it that is not an earlier file of `kind` (an empty file has nothing to lose)."""
     if os.path.isdir(target):
         raise OutputError(f"{option} {target}: a folder; name a file")
     check_folder_can_be_made(os.path.dirname(os.path.abspath(target)), f"{option} {target}")
@@ -165,6 +208,13 @@ def check_output_file(target: str, inputs=(), option: str = "--output") -> None:
             raise OutputError(
                 f"{option} {target}: is the input {path}; writing it would destroy that input (name another file)"
             )
+    if os.path.isfile(target) and os.path.getsize(target) and not kind.written(target):
+        raise OutputError(
+            f"{option} {target}: an existing file that is not {kind.what}; writing it would replace that file "
+            "(name a new file, or move it away)"
+        )
+    if os.path.lexists(target) and not os.path.isfile(target):
+        raise OutputError(f"{option} {target}: not a plain file (a broken link, a device); name a new file")
 
 
 def _write_marker(folder: str, marker: dict) -> None:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipelines.atomic import add_derived_file, check_output_file
+from pipelines.atomic import FileKind, add_derived_file, check_output_file
 from pipelines.readers.common import open_text
 from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
@@ -31,6 +31,11 @@ from runtime.checks import MissingInput, UsageError, integer_at_least
 
 class VectorsError(ValueError):
     """A vectors file that is not in the `.vec` / GloVe text format; the message names the file and line."""
+
+
+# What --output and its report beside it hold, and so the only files a new matrix replaces
+VECTORS = FileKind("an earlier word-vector matrix (.npy)", "npy")
+VECTORS_REPORT = FileKind("an earlier word-vector report (JSON with oov_rate)", "json", "oov_rate")
 
 
 @dataclass
@@ -89,8 +94,9 @@ class VectorsConfig:
                 raise MissingInput(f"--from-encoder {self.encoder}: {error}") from None
         inputs = [path for path in tokenised_files(self.data) if not path.endswith("embeddings.npy")]
         inputs += [self.vectors] if self.vectors else []
-        check_output_file(self.target, inputs)
-        check_output_file(self.target[: -len(".npy")] + ".json", inputs, option="--output (its .json report)")
+        check_output_file(self.target, inputs, kind=VECTORS)
+        report = self.target[: -len(".npy")] + ".json"
+        check_output_file(report, inputs, option="--output (its .json report)", kind=VECTORS_REPORT)
 
 
 class TrainSentences:

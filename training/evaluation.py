@@ -12,11 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pipelines.atomic import FileKind
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 from training.checkpoints import load_checkpoint, resolve_checkpoint
 from training.config import TrainConfig, autocast_dtype, resolve_device
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
 from training.progress import figure_cells
+
+# What --output (evaluate, zero_shot) and train's --test-output write, and so the only file they replace
+PER_QUESTION_RESULTS = FileKind("earlier per-question results (JSON lines, each with a qid)", "jsonl", "qid")
 
 
 def score_batches(model, batcher: Batcher, batches, device, dtype: torch.dtype | None = None) -> dict:
@@ -233,6 +237,7 @@ class EvaluateConfig:
                 tokenised_files(self.data) + [os.path.join(checkpoint, name) for name in os.listdir(checkpoint)]
                 if "://" not in checkpoint
                 else tokenised_files(self.data),
+                kind=PER_QUESTION_RESULTS,
             )
         return checkpoint
 
@@ -320,7 +325,7 @@ class ZeroShotConfig:
         except (ImportError, FileNotFoundError, ValueError) as error:
             raise UsageError(f"--encoder-path {self.encoder_path}: {error}") from None
         if self.output:
-            check_output_file(self.output, tokenised_files(self.data))
+            check_output_file(self.output, tokenised_files(self.data), kind=PER_QUESTION_RESULTS)
 
 
 def rank_zero_shot(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:

@@ -92,8 +92,11 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
         ([a, str(tmp_path / "none.json")], "none.json: no such ledger"),
         ([a, a], "the same ledger as"),
         ([a, b, "--json", a], "writing it would destroy that input"),
+        ([a, b, "--json", os.path.join(tmp_path, "results.md")], "not an earlier comparison (JSON with claims)"),
         ([a, os.path.join(tmp_path, "results.md")], "results.md: not a run ledger: not JSON"),
     ):
         with pytest.raises(SystemExit):
             compare_ledgers.main(argv)
         assert message in capsys.readouterr().err
+    with open(os.path.join(tmp_path, "results.md")) as f:
+        assert f.read() == "# Results\n"

@@ -186,6 +186,44 @@ def test_a_results_file_under_a_file_is_refused_before_any_work(tmp_path, tiny, 
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize(
+    "job, option, earlier",
+    [
+        ("evaluate", "--output", '{"qid": "q1", "ap": 1.0}\n'),
+        ("zero_shot", "--output", '{"qid": "q1", "ap": 1.0}\n'),
+        ("train", "--test-output", '{"qid": "q1", "f1": 0.5}\n'),
+        ("word_vectors", "--output", None),  # an earlier matrix, written by numpy below
+    ],
+)
+def test_a_results_file_replaces_only_an_earlier_one_of_its_kind(tmp_path, tiny, capsys, job, option, earlier):
+    """A typo that names a README or notes as the results file is refused before any work (the file is not
+    per-question results, not a matrix); a re-run's earlier results file, or an empty file, is replaced."""
+    import numpy as np
+
+    argv = {
+        "word_vectors": ["--data", tiny],
+        "evaluate": ["--checkpoint", _checkpoint(tmp_path / "checkpoint", tiny), "--data", tiny],
+        "zero_shot": ["--data", tiny],
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--test-split", "test"],
+    }[job]
+    target = tmp_path / ("notes.npy" if job == "word_vectors" else "notes.md")
+    target.write_text("# what I learnt today\n")
+    before = tree(tmp_path)
+    assert _exit_code(job, argv + [option, str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{option} {target}: an existing file that is not " in err and "move it away" in err
+    assert tree(tmp_path) == before
+
+    if earlier is None:
+        np.save(target, np.zeros((2, 3), dtype=np.float32))
+    else:
+        target.write_text(earlier)
+    assert _exit_code(job, argv + [option, str(target), "--dry-run"]) == 0
+    target.write_text("")
+    assert _exit_code(job, argv + [option, str(target), "--dry-run"]) == 0
+    capsys.readouterr()
+
+
 def test_a_checkpoint_is_not_scored_on_data_of_another_vocabulary_of_its_size(tmp_path, tiny, capsys):
     """Word ids mean words only under the vocabulary they were made with: the same size (two vocabularies capped
     by --max-vocab) is no proof, so evaluate.py compares the vocabularies' sha256 as --init-from does."""
