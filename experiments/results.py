@@ -57,7 +57,21 @@ from experiments.runner import (
     run_efficiency,
     selected_rows,
     steps_to_run,
+    unmatched_patterns,
 )
+from runtime.checks import LARGEST_SEED
+
+
+def seeds_option(text: str, error) -> tuple[int, ...]:
+    """--seeds as a tuple, or `error` called: whole numbers from 0, each once (`0,0` ran two lanes training one
+    run's folder at once)."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        seeds = ()
+    if not seeds or len(set(seeds)) < len(seeds) or not all(0 <= s <= LARGEST_SEED for s in seeds):
+        error(f"--seeds {text!r}: comma-separated whole numbers from 0, each once (e.g. 0,1,2)")
+    return seeds
 
 
 def main(argv=None) -> int:
@@ -141,7 +155,15 @@ def main(argv=None) -> int:
     out = os.path.abspath(args.out)
     if not os.path.relpath(out, REPO).startswith(".."):  # commands run from the repository: shorter, portable
         out = os.path.relpath(out, REPO)
-    seeds = tuple(int(s) for s in args.seeds.split(","))
+    seeds = seeds_option(args.seeds, p.error)
+    if args.lanes < 1:
+        p.error(f"--lanes must be at least 1, got {args.lanes}")
+    unmatched = unmatched_patterns(args.only, args.profile)
+    if unmatched:
+        p.error(
+            f"--only {unmatched[0]!r}: matches no row of the {args.profile} profile (rows are named like "
+            "'wikiqa/gsamn'; --dry-run --all lists every command)"
+        )
     rows = selected_rows(args.only, args.all, args.profile)
     os.makedirs(os.path.dirname(os.path.abspath(args.ledger)), exist_ok=True)
     try:

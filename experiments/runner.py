@@ -633,6 +633,13 @@ def corpus_summary(step: DataStep) -> dict:
     }
 
 
+def unmatched_patterns(patterns: list[str], profile: str = "hour") -> list[str]:
+    """The --only patterns that match no row of `profile` (a typo: `wikqa/*`), which would run nothing but the
+    efficiency benchmark; `efficiency` itself names that benchmark."""
+    ids = [r.id for r in ROWS if (r.full is not None if profile == "full" else r.in_hour)]
+    return [p for p in patterns if p != "efficiency" and not any(fnmatch.fnmatch(i, p) for i in ids)]
+
+
 def selected_rows(patterns: list[str], everything: bool = False, profile: str = "hour") -> list[Row]:
     """The profile's plan: the hour's rows without `extra`, or the rows with full-profile options without
     `full_extra`; with `patterns`,

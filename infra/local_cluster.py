@@ -7,8 +7,9 @@
 `up` runs `ray start --head` (the GCS, the dashboard and its job server) and then `ray start --address` once per
 extra node: separate raylets, object stores and worker pools, as on separate machines, so a job's tasks and
 training workers spread over nodes exactly as they would on a cluster. Everything lives under one temp dir
-(`--temp-dir`, default /tmp/qa-local-cluster), and `down` stops only the processes of that cluster (by their
-command lines naming it), never other Ray instances on the machine as `ray stop` would. Token authentication
+(`--temp-dir`, default /tmp/qa-local-cluster), and `down` stops only the processes of that cluster (Ray's
+programs whose command lines name it), never other Ray instances on the machine as `ray stop` would, nor a
+`tail -f` of one of its logs. Token authentication
 (on by default since Ray 2.5x) is turned off with RAY_AUTH_MODE=disabled for this cluster's processes: the job
 server listens on 127.0.0.1 only. Submit with the same setting:
 
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +33,7 @@ import sys
 import time
 
 DEFAULT_TEMP_DIR = "/tmp/qa-local-cluster"  # short: Ray's Unix socket paths live under it
+OBJECT_STORE_MIN_MB = 75  # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES: `ray start` refuses less, after the head started
 
 
 def _ray() -> str:
@@ -70,19 +74,33 @@ def _state_file(temp_dir: str) -> str:
     return os.path.join(temp_dir, "qa-local-cluster.json")
 
 
-def _processes(temp_dir: str) -> list[int]:
-    """PIDs of processes whose command line names `temp_dir` (the GCS, raylets, dashboard, workers' parents)."""
-    needle = temp_dir.rstrip("/").encode()
+def _ray_package() -> str:
+    """The folder of the `ray` package this interpreter would import (found without importing it)."""
+    spec = importlib.util.find_spec("ray")
+    if spec is None or not spec.origin:
+        raise SystemExit("ray is not installed in this environment (make install)")
+    return os.path.dirname(spec.origin)
+
+
+def _processes(temp_dir: str, ray_package: str | None = None) -> list[int]:
+    """PIDs of the cluster's processes: programs of Ray's package (the GCS, raylets, dashboard, log monitors,
+    agents) whose command line names `temp_dir` or a path under it. Naming the folder is not enough: a
+    `tail -f` of one of its logs, an editor, or the shell and `timeout` that started this very command name it
+    too, and `down` killed them."""
+    ray_package = (ray_package or _ray_package()).rstrip("/") + "/"
+    names = re.compile(re.escape(temp_dir.rstrip("/")) + r"(/|$)")
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
+                args = f.read().decode(errors="replace").split("\0")
         except OSError:
-            pass
+            continue
+        runs_ray = any(a.startswith(ray_package) for a in args[:3])  # the binary, or python [-u] the script
+        if runs_ray and any(names.search(a) for a in args[1:]):
+            found.append(int(entry))
     return found
 
 
@@ -235,7 +253,21 @@ def parse_args(argv=None):
     p.add_argument("--port", type=int, default=6380, help="the GCS port (default 6380, beside a default Ray)")
     p.add_argument("--dashboard-port", type=int, default=8265, help="dashboard and job server (default 8265)")
     p.add_argument("--temp-dir", default=DEFAULT_TEMP_DIR, help=f"the cluster's temp dir ({DEFAULT_TEMP_DIR})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for option, value, low in (
+        ("--nodes", args.nodes, 0),
+        ("--cpus-per-node", args.cpus_per_node, 1),  # a node of 0 CPUs runs no task: a job placed there waits
+        ("--head-cpus", args.head_cpus, 0),
+        ("--object-store-mb", args.object_store_mb, OBJECT_STORE_MIN_MB),
+        ("--port", args.port, 1),
+        ("--dashboard-port", args.dashboard_port, 1),
+    ):
+        port = option.endswith("port")
+        if value < low or (port and value > 65535):
+            p.error(f"{option} must be {'a port, 1 to 65535' if port else f'at least {low}'}; got {value}")
+    if args.command == "up" and args.head_cpus + args.nodes * args.cpus_per_node == 0:
+        p.error("--head-cpus 0 with --nodes 0: a cluster without a CPU runs no task")
+    return args
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 
 from pipelines.stackexchangeqa import DROP_REASONS, BuildConfig
 from runtime.checks import MissingInput, UsageError
+from runtime.ray_env import add_local_ray_options
 
 
 def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
@@ -208,13 +209,7 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         "task holds at a time (at least 16 partitions; they set the shards' row order, so a build with "
         "another value writes the same rows in another order)",
     )
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
-        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
-    )
+    add_local_ray_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from runtime.errors import fail
+from runtime.ray_env import add_local_ray_options
 
 if TYPE_CHECKING:
     from inference.scoring import ScoreConfig
@@ -47,8 +48,7 @@ def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
     p.add_argument("--actors", type=int, default=None, help="actors in the pool (default: one per CPU or GPU share)")
     p.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default 1)")
     p.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPU share of each actor (default 0: CPU)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: every core)")
-    p.add_argument("--verbose", action="store_true", help="Ray Data's own INFO lines and progress bars too")
+    add_local_ray_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 from pipelines.tokenize import TokenizeConfig
 from runtime.checks import UsageError
 from runtime.errors import fail
+from runtime.ray_env import add_local_ray_options
 
 DATASETS = (
     "stackexchangeqa",
@@ -124,13 +125,7 @@ def parse_args(argv=None) -> tuple[TokenizeConfig, argparse.Namespace]:
         "count) training questions whose answer occurs in no passage (default: stop with an error "
         "naming the file and line, or the question)",
     )
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
-        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
-    )
+    add_local_ray_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

@@ -26,7 +26,7 @@ from pipelines.readers.common import open_text
 from pipelines.shards import tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
 from runtime.blas import openblas_kernels
-from runtime.checks import MissingInput, UsageError, integer_at_least
+from runtime.checks import MissingInput, UsageError, integer_at_least, seed_in_range
 
 
 class VectorsError(ValueError):
@@ -68,6 +68,7 @@ class VectorsConfig:
         integer_at_least("--min-n", self.min_n, 1)
         integer_at_least("--max-n", self.max_n, self.min_n)
         integer_at_least("--workers", self.workers, 0)
+        seed_in_range("--seed", self.seed)
         integer_at_least("encoder_batch", self.encoder_batch, 1)
         integer_at_least("encoder_max_len", self.encoder_max_len, 2)
         if self.vectors and self.encoder:

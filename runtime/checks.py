@@ -59,3 +59,14 @@ def within(option: str, value, low, high, allow_none: bool = False, high_open: b
 def one_of(option: str, value, choices) -> None:
     if value not in choices:
         raise UsageError(f"{option} must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+LARGEST_SEED = 2**32 - 1  # numpy's seeds (np.random.seed, default_rng's words) are unsigned 32-bit
+
+
+def seed_in_range(option: str, value) -> None:
+    """A whole number that every generator a run seeds takes: 0 to LARGEST_SEED (numpy refused --seed -1 inside a
+    training worker after Ray had started, and in word_vectors as a failure, exit 1; --dry-run passed both)."""
+    whole(option, value)
+    if not 0 <= value <= LARGEST_SEED:
+        raise UsageError(f"{option} must be in [0, {LARGEST_SEED}], got {value}")

@@ -7,6 +7,7 @@ used.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -26,6 +27,33 @@ WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 # 43 MB with one of each, and the build's heaps went from 1.28x to 1.06x those of a 100k-post build, at the same
 # throughput. On one machine's disk, more spill workers do not spill faster. A cluster keeps its own setting.
 LOCAL_RAY_ENV = {"RAY_max_io_workers": "1"}
+
+
+def _cpu_count(text: str) -> int:
+    try:
+        cpus = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of CPUs, got {text!r}") from None
+    if cpus < 1:  # a local Ray of 0 CPUs schedules no task: the job waited for ever (measured: tokenize_corpora)
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {cpus}")
+    return cpus
+
+
+def add_local_ray_options(parser: argparse.ArgumentParser) -> None:
+    """--num-cpus and --verbose, the options of every job that runs on Ray (`run_on_ray`). --num-cpus below 1 is
+    refused while parsing, exit 2."""
+    parser.add_argument(
+        "--num-cpus",
+        type=_cpu_count,
+        default=None,
+        help="CPUs for the local Ray started when not on a cluster (default: every core)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
+        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
+    )
 
 
 def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:

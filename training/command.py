@@ -9,6 +9,7 @@ import argparse
 from dataclasses import asdict
 
 from qa_models.recipes import NEGATIVES, OPTIMIZERS, RECIPE_NAMES, SCHEDULES
+from runtime.ray_env import add_local_ray_options
 from training.config import COMPILE_MODES, PAD_MULTIPLE_COMPILED, RECIPE_FIELDS, SELECT_METRICS, TrainConfig
 
 
@@ -248,13 +249,7 @@ def parse_train_args(
         help="set a field of the model's configuration (--dry-run lists them), for example "
         "composition=multihop, objective=pointwise, similarity=gesd; repeatable",
     )
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray started when not on a cluster")
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also print Ray's INFO lines (execution plans, worker groups) and progress bars; without it "
-        "they go to the Ray session's log files only (/tmp/ray/session_latest/logs)",
-    )
+    add_local_ray_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

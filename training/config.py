@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from runtime.checks import UsageError, at_least, integer_at_least, one_of, within
+from runtime.checks import UsageError, at_least, integer_at_least, one_of, seed_in_range, within
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # torch.compile's modes for the training forward (none: eager). reduce-overhead replays CUDA graphs: the host queues
@@ -163,6 +163,7 @@ class TrainConfig:
         at_least("--checkpoint-minutes", self.checkpoint_minutes, 0)
         integer_at_least("--keep-checkpoints", self.keep_checkpoints, 1)
         integer_at_least("--num-workers", self.num_workers, 1)
+        seed_in_range("--seed", self.seed)
         if self.cpus_per_worker is not None:
             at_least("--cpus-per-worker", self.cpus_per_worker, 0)
             if self.cpus_per_worker == 0:

@@ -1288,6 +1288,31 @@ def test_the_report_never_replaces_the_ledger_or_a_file_that_is_not_a_report(tmp
     assert (tmp_path / "results.md").read_text().startswith(writer.REPORT_TITLE + "\n")
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--lanes", "0"], "--lanes must be at least 1, got 0"),  # no lane: nothing would ever run
+        (["--seeds", "0,0"], "--seeds '0,0': comma-separated whole numbers from 0, each once"),  # one folder, 2 lanes
+        (["--seeds", "0,x"], "--seeds '0,x': comma-separated"),  # was a ValueError traceback
+        (["--seeds", "-1"], "--seeds '-1': comma-separated"),  # numpy refuses it in the training worker
+        (["--only", "wikqa/*"], "--only 'wikqa/*': matches no row of the full profile"),  # ran the benchmark only
+        (["--profile", "hour", "--only", "wikiqa/mpnet-gsamn"], "--only 'wikiqa/mpnet-gsamn': matches no row of"),
+    ],
+)
+def test_options_that_would_run_nothing_or_one_run_twice_are_refused_before_any_work(
+    tmp_path, capsys, options, message
+):
+    from experiments import results
+
+    argv = ["--dry-run", "--ledger", str(tmp_path / "ledger.json"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as refused:
+        results.main([*argv, *options])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert refused.value.code == 2 and message in err, err
+    assert os.listdir(tmp_path) == []
+    assert results.main([*argv, "--only", "efficiency", "--only", "trecqa/*"]) == 0  # the benchmark has its name
+
+
 def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tree(tmp_path, monkeypatch, capsys):
     from experiments import results
 

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,67 @@ def test_the_local_launcher_serves_ray_job_submit_end_to_end(tmp_path, ray_local
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert down.returncode == 0 and json.loads(down.stdout)["stopped"], down.stdout + down.stderr
     assert ray_local.cluster_resources()["CPU"] == 2  # the other Ray is untouched
+
+
+def _local_cluster():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("local_cluster", os.path.join(INFRA, "local_cluster.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+def test_down_stops_only_ray_programs_of_its_cluster_never_a_process_that_names_the_folder(tmp_path):
+    """`down` killed every process whose command line named the temp dir: a `tail -f` of one of its logs, an
+    editor, the `timeout` or shell that ran `down --temp-dir DIR` itself. Only Ray's programs (the binary or the
+    script run from Ray's package) that name the folder are the cluster's."""
+    local_cluster = _local_cluster()
+    temp_dir = str(tmp_path / "cluster")
+    log = f"{temp_dir}/session_latest/logs/raylet.out"
+    fake_ray = tmp_path / "site-packages" / "ray"
+    (fake_ray / "_private").mkdir(parents=True)
+    program = fake_ray / "_private" / "log_monitor.py"
+    program.write_text("import time\ntime.sleep(60)\n")
+    sleep = "import time; time.sleep(60)"
+    started = [
+        subprocess.Popen([sys.executable, "-u", str(program), f"--logs-dir={temp_dir}/session_1/logs"]),  # Ray's
+        subprocess.Popen([sys.executable, "-c", sleep, log]),  # a reader of its log
+        subprocess.Popen([sys.executable, "-c", sleep, "down", "--temp-dir", temp_dir]),  # the caller's wrapper
+        subprocess.Popen([sys.executable, "-u", str(program), f"--logs-dir={temp_dir}-other/logs"]),  # another's
+    ]
+    try:
+        for process in started:  # each has exec'd: its command line is its own, not this process's copy
+            deadline = time.time() + 10
+            while sleep.encode() not in _cmdline(process.pid) and str(program).encode() not in _cmdline(process.pid):
+                assert time.time() < deadline
+                time.sleep(0.01)
+        assert local_cluster._processes(temp_dir, ray_package=str(fake_ray)) == [started[0].pid]
+        assert local_cluster._processes(temp_dir) == []  # none runs the installed Ray's programs
+        assert local_cluster.down(local_cluster.parse_args(["down", "--temp-dir", temp_dir]))["stopped"]
+        assert all(process.poll() is None for process in started)  # down left every one of them alone
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--cpus-per-node", "0"], "--cpus-per-node must be at least 1; got 0"),
+        (["--nodes", "-1"], "--nodes must be at least 0; got -1"),
+        (["--object-store-mb", "10"], "--object-store-mb must be at least 75; got 10"),  # Ray refused it after the head
+        (["--dashboard-port", "70000"], "--dashboard-port must be a port, 1 to 65535; got 70000"),
+        (["--head-cpus", "0", "--nodes", "0"], "a cluster without a CPU runs no task"),
+    ],
+)
+def test_local_cluster_options_are_refused_before_anything_starts(capsys, options, message):
+    with pytest.raises(SystemExit) as refused:
+        _local_cluster().parse_args(["up", *options])
+    assert refused.value.code == 2 and message in capsys.readouterr().err

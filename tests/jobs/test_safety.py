@@ -423,6 +423,15 @@ NONSENSE = [
     ("score", ["--actors", "0"], "--actors must be at least 1"),
     ("score", ["--cpus-per-actor", "0"], "--cpus-per-actor must be above 0, got 0.0"),
     ("score", ["--answer-column", "question"], "--question-column and --answer-column are both 'question'"),
+    # a local Ray of 0 CPUs schedules no task: tokenize_corpora waited for ever (killed after 150 s); -3: Ray's
+    # "Resource quantities must be nonnegative" after Ray had started, exit 1
+    ("tokenize_corpora", ["--num-cpus", "0"], "argument --num-cpus: must be at least 1, got 0"),
+    ("build_stackexchangeqa", ["--num-cpus", "-3"], "argument --num-cpus: must be at least 1, got -3"),
+    ("train", ["--num-cpus", "0"], "argument --num-cpus: must be at least 1, got 0"),
+    ("score", ["--num-cpus", "two"], "argument --num-cpus: a whole number of CPUs, got 'two'"),
+    # numpy's seeds are unsigned 32-bit: -1 failed in the training worker, after Ray had started
+    ("train", ["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+    ("word_vectors", ["--seed", "4294967296"], "--seed must be in [0, 4294967295], got 4294967296"),
 ]
 
 
