@@ -120,18 +120,28 @@ def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
     config = summary.get("model_config")
     if config is None:
         raise CheckpointError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
-    ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
-    if not config.get("encoder_path") and ours and theirs and ours != theirs:
-        raise UsageError(
-            f"--init-from {path}: trained on another vocabulary than {cfg.data}/vocab.json; "
-            f"tokenise {cfg.data} with tokenize_corpora.py --vocab {summary['train']['data']}"
-        )
-    if not config.get("encoder_path") and summary.get("vocab_size") != manifest.get("vocab_size"):
-        raise UsageError(
-            f"--init-from {path}: {summary.get('vocab_size')} word ids, {cfg.data} has "
-            f"{manifest.get('vocab_size')}; tokenise it with tokenize_corpora.py --vocab"
-        )
+    check_vocabulary_fits(summary, manifest, cfg.data, path, "--init-from's checkpoint")
     return path, config
+
+
+def check_vocabulary_fits(summary: dict, manifest: dict, data: str, checkpoint: str, whose: str) -> None:
+    """Raise UsageError unless `data` (its `manifest`) holds the vocabulary that `checkpoint` (its config.json,
+    `summary`; `whose` names it in the message) was trained with: word ids mean words only under the vocabulary
+    they were made with. By vocab.json's sha256 where both record it (the same size is no proof: two vocabularies
+    capped by --max-vocab have the same size and other words), else by size. A pretrained encoder's checkpoint
+    reads its own tokenizer's ids. evaluate.py (--dry-run too) and --init-from check with it."""
+    if (summary.get("model_config") or {}).get("encoder_path") or summary["train"].get("encoder_path"):
+        return
+    advice = f"tokenise it with tokenize_corpora.py --vocab {summary['train']['data']}"
+    ours, theirs = manifest.get("vocab_sha256"), summary.get("vocab_sha256")
+    if ours and theirs and ours != theirs:
+        raise UsageError(
+            f"{data}: tokenised with another vocabulary than {whose} ({checkpoint}; vocab.json sha256 "
+            f"{ours[:12]} here, {theirs[:12]} there), so its word ids name other words; {advice}"
+        )
+    size, trained = manifest.get("vocab_size"), summary.get("vocab_size")
+    if size and trained and size != trained:
+        raise UsageError(f"{data}: {size} word ids in its vocabulary, {trained} in {whose} ({checkpoint}); {advice}")
 
 
 def write_checkpoint(directory: str, state: dict, summary: dict) -> None:

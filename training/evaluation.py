@@ -14,7 +14,7 @@ import torch
 
 from pipelines.atomic import FileKind
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
-from training.checkpoints import load_checkpoint, resolve_checkpoint
+from training.checkpoints import check_vocabulary_fits, load_checkpoint, resolve_checkpoint
 from training.config import TrainConfig, autocast_dtype, resolve_device
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
 from training.progress import figure_cells
@@ -224,13 +224,14 @@ class EvaluateConfig:
         if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
             raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
         checkpoint = resolve_checkpoint(self.checkpoint, self.which)
-        checkpoint_summary(checkpoint)
+        summary = checkpoint_summary(checkpoint)
         manifest = read_manifest(self.data)
         if self.split not in manifest.get("splits", {}):
             raise UsageError(
                 f"--split {self.split}: {self.data} has no such split (it has "
                 f"{', '.join(sorted(manifest.get('splits', {})))})"
             )
+        check_vocabulary_fits(summary, manifest, self.data, checkpoint, "the checkpoint's")
         if self.output:
             check_output_file(
                 self.output,
@@ -251,20 +252,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     model, train_cfg, state, saved = load_checkpoint(checkpoint, device)
     manifest = read_manifest(cfg.data)
     check_data_fits_model(train_cfg, manifest)
-    trained_vocab = saved.get("vocab_size")
-    if manifest.get("vocab_size") and trained_vocab and manifest["vocab_size"] != trained_vocab:
-        raise UsageError(
-            f"{cfg.data}: vocabulary of {manifest['vocab_size']} tokens, the checkpoint was trained "
-            f"with {trained_vocab} ({checkpoint}); tokenise with the run's vocabulary"
-        )
-    ours, theirs = manifest.get("vocab_sha256"), saved.get("vocab_sha256")
-    if not train_cfg.encoder_path and ours and theirs and ours != theirs:
-        # the same size is no proof: two vocabularies capped by --max-vocab have the same size and other words
-        raise UsageError(
-            f"{cfg.data}: tokenised with another vocabulary than the checkpoint's ({checkpoint}; vocab.json "
-            f"sha256 {ours[:12]} here, {theirs[:12]} there), so its word ids name other words; tokenise it with "
-            f"tokenize_corpora.py --vocab {train_cfg.data}"
-        )
+    check_vocabulary_fits(saved, manifest, cfg.data, checkpoint, "the checkpoint's")
     paths, schema = shard_paths(cfg.data, cfg.split)
     batcher = Batcher(
         train_cfg,

@@ -242,10 +242,18 @@ def test_a_checkpoint_is_not_scored_on_data_of_another_vocabulary_of_its_size(tm
     with open(other / "manifest.json", "w") as f:
         json.dump(manifest, f)
 
-    assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", str(other)]) == 2
+    for dry_run in ([], ["--dry-run"]):  # --dry-run passed it before: the run found it after loading the model
+        assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", str(other), *dry_run]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"{other}: tokenised with another vocabulary than the checkpoint's ({checkpoint};" in err
+        assert err.endswith(f"tokenise it with tokenize_corpora.py --vocab {tiny}")
+    manifest.pop("vocab_sha256")  # a manifest from before the checksum: told by its size
+    manifest["vocab_size"] += 1
+    with open(other / "manifest.json", "w") as f:
+        json.dump(manifest, f)
+    assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", str(other), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"{other}: tokenised with another vocabulary than the checkpoint's ({checkpoint};" in err
-    assert err.endswith(f"tokenise it with tokenize_corpora.py --vocab {tiny}")
+    assert f"{other}: {manifest['vocab_size']} word ids in its vocabulary, {manifest['vocab_size'] - 1} in the " in err
     assert _exit_code("evaluate", ["--checkpoint", checkpoint, "--data", tiny]) == 0
 
 
