@@ -163,16 +163,24 @@ class ApiCrawlStage:
 
 
 def read_urls(path: str) -> list[str]:
-    """One URL per line; blank lines and `#` comments skipped; anything not http(s) is an error naming the line."""
+    """One URL per line; blank lines and `#` comments skipped; anything not http(s) is an error naming the line,
+    and a file that cannot be read as text an error naming the file (OSError or ValueError, the path first)."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: a folder; name the file of URLs")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
     urls = []
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if not host_of(line):
-                raise ValueError(f"{path}: line {number}: not an http(s) URL: {line[:200]!r}")
-            urls.append(line)
+        try:
+            for number, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if not host_of(line):
+                    raise ValueError(f"{path}: line {number}: not an http(s) URL: {line[:200]!r}")
+                urls.append(line)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text; name the file of URLs, one a line") from None
     return urls
 
 

@@ -228,7 +228,7 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
             check_site_names("--download", [name for name in args.download.split(",") if name.strip()])
         except UsageError as error:
             p.error(str(error))
-    if args.source == "api" and not args.sites.strip():
+    if args.source == "api" and not args.sites.strip(" ,"):  # `--sites ,` too: it failed after Ray had started
         p.error("--sites is required with --source api")
     if args.source == "pages" and not args.urls:
         p.error("--urls is required with --source pages")
@@ -247,7 +247,9 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         try:
             urls = read_urls(args.urls)
         except (OSError, ValueError) as err:
-            p.error(str(err))
+            p.error(f"--urls {err}")
+        if not urls:  # it passed --dry-run and failed after Ray had started ("nothing to build from")
+            p.error(f"--urls {args.urls}: no URL in it (one http(s) URL a line; blank and # lines are skipped)")
     sites, paths = [], []
     for spec in args.dump:
         site, sep, path = spec.partition("=")

@@ -404,6 +404,7 @@ NONSENSE = [
     ("build_stackexchangeqa", ["--requests-per-second", "0"], "--requests-per-second must be above 0"),
     ("build_stackexchangeqa", ["--source", "api", "--sites", "beer,cof fee"], "--sites: 'cof fee' is not a site name"),
     ("build_stackexchangeqa", ["--download", "beer,co/ffee"], "--download: 'co/ffee' is not a site name"),
+    ("build_stackexchangeqa", ["--source", "api", "--sites", ","], "--sites is required with --source api"),
     (
         "build_stackexchangeqa",
         ["--hard-negatives", "minilm", "--mine-candidates", "0"],
@@ -458,6 +459,32 @@ def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, jo
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].endswith(message) or message in err.strip().splitlines()[-1], err
     assert not (tmp_path / "o").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "urls, message",
+    [
+        ("# to crawl later\n\n", "no URL in it"),  # passed --dry-run; "nothing to build from" after Ray started
+        (b"\x8e\xff\x00\x01", "not UTF-8 text"),  # was the codec's message, naming no file
+        ("FOLDER", "a folder; name the file of URLs"),
+        ("MISSING", "no such file"),  # was "[Errno 2] ...", naming no option
+    ],
+    ids=["comments only", "binary", "folder", "missing"],
+)
+def test_a_url_list_without_urls_is_refused_naming_the_option(tmp_path, capsys, urls, message):
+    path = tmp_path / "urls.txt"
+    if urls == "FOLDER":
+        path.mkdir()
+    elif isinstance(urls, bytes):
+        path.write_bytes(urls)
+    elif urls != "MISSING":
+        path.write_text(urls)
+    for dry_run in (["--dry-run"], []):
+        argv = ["--source", "pages", "--urls", str(path), "--output", str(tmp_path / "o"), *dry_run]
+        assert _exit_code("build_stackexchangeqa", argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"error: --urls {path}: {message}" in err, err
+    assert not (tmp_path / "o").exists()
 
 
 WRONG_INPUTS = [
