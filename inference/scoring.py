@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipelines.atomic import STAGING_MARKER, check_output, real_path, swap_into_place, write_marker
-from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
+from runtime.checks import MissingInput, UsageError, at_least, integer_at_least, one_of
 
 JOB = "score"
 PLAN_FILE, MANIFEST_FILE = "plan.json", "manifest.json"
@@ -47,10 +47,10 @@ class ScoreConfig:
         one_of("--which", self.which, ("best", "latest"))
         integer_at_least("--batch-size", self.batch_size, 1)
         integer_at_least("--actors", self.actors, 1, allow_none=True)
-        if self.cpus_per_actor <= 0:
+        at_least("--cpus-per-actor", self.cpus_per_actor, 0)  # a finite number: nan and inf passed before
+        if self.cpus_per_actor == 0:
             raise UsageError(f"--cpus-per-actor must be above 0, got {self.cpus_per_actor}")
-        if self.num_gpus_per_actor < 0:
-            raise UsageError(f"--num-gpus-per-actor must be 0 or more, got {self.num_gpus_per_actor}")
+        at_least("--num-gpus-per-actor", self.num_gpus_per_actor, 0)
         if self.question_column == self.answer_column:
             raise UsageError(f"--question-column and --answer-column are both {self.question_column!r}")
 

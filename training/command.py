@@ -80,7 +80,13 @@ def parse_train_args(
         help="the workers' collective backend; auto: NCCL where each worker has whole GPUs, Gloo on CPUs and for "
         "workers sharing a GPU (--gpus-per-worker below 1: NCCL refuses two ranks on one device)",
     )
-    p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts before the run fails")
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        default=0,
+        help="worker-group restarts before the run fails (-1: without limit, as Ray Train's FailureConfig; an error "
+        "that recurs on every start then never ends the run)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
     p.add_argument("--batch-size", type=int, default=None, help="rows per worker per step (default: the recipe's)")
     p.add_argument("--optimizer", default=None, choices=list(OPTIMIZERS), help="default: the recipe's")

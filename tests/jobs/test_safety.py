@@ -431,6 +431,8 @@ NONSENSE = [
     ("score", ["--batch-size", "0"], "--batch-size must be at least 1"),
     ("score", ["--actors", "0"], "--actors must be at least 1"),
     ("score", ["--cpus-per-actor", "0"], "--cpus-per-actor must be above 0, got 0.0"),
+    ("score", ["--cpus-per-actor", "nan"], "--cpus-per-actor must be a finite number, got nan"),  # it passed
+    ("score", ["--num-gpus-per-actor", "inf"], "--num-gpus-per-actor must be a finite number, got inf"),
     ("score", ["--answer-column", "question"], "--question-column and --answer-column are both 'question'"),
     # a local Ray of 0 CPUs schedules no task: tokenize_corpora waited for ever (killed after 150 s); -3: Ray's
     # "Resource quantities must be nonnegative" after Ray had started, exit 1
