@@ -90,8 +90,8 @@ class VectorsConfig:
             from qa_models.encoders import require_encoder
 
             try:
-                require_encoder(self.encoder)
-            except (ImportError, FileNotFoundError) as error:
+                require_encoder(self.encoder, self.encoder_max_len, "encoder_max_len")
+            except (ImportError, FileNotFoundError, ValueError) as error:
                 raise MissingInput(f"--from-encoder {self.encoder}: {error}") from None
         inputs = [path for path in tokenised_files(self.data) if not path.endswith("embeddings.npy")]
         inputs += [self.vectors] if self.vectors else []

@@ -7,6 +7,7 @@ downloaded.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import overload
 
@@ -79,15 +80,46 @@ def resolve_encoder(name: str | None) -> str | None:
     return name
 
 
-def require_encoder(name: str) -> str:
+def require_encoder(name: str, max_len: int | None = None, max_len_option: str = "--max-len") -> str:
     """`resolve_encoder(name)`, refused (FileNotFoundError) where the folder holds no transformer: what a job checks
-    before any work, so that a typo in --encoder-path is one line naming it, not a worker's traceback."""
+    before any work, so that a typo in --encoder-path is one line naming it, not a worker's traceback. With
+    `max_len` (word pieces a text, as `max_len_option` asks), refused (ValueError) where the encoder reads fewer:
+    its position embeddings end there, and the first longer text failed in the middle of a run."""
     path = resolve_encoder(name)
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(
             f"neither 'minilm', 'mpnet-base' nor a local transformer folder (no {os.path.join(path, 'config.json')})"
         )
+    most = encoder_max_tokens(path)
+    if max_len is not None and most is not None and max_len > most:
+        raise ValueError(f"reads at most {most} word pieces a text; {max_len_option} {max_len} asks for more")
     return path
+
+
+# Models whose position ids start after the padding index, so that their last two positions hold no token
+POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer")
+
+
+def encoder_max_tokens(path: str) -> int | None:
+    """The most word pieces (special tokens included) the transformer folder `path` reads in one input: its
+    position embeddings (less the padding offset of RoBERTa-style models), or its tokenizer's model_max_length
+    where that is lower; None where neither is recorded."""
+    bounds = []
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        if config.get("model_type") in POSITIONS_AFTER_PADDING:
+            positions -= int(config.get("pad_token_id", 1)) + 1
+        bounds.append(positions)
+    try:
+        with open(os.path.join(path, "tokenizer_config.json")) as f:
+            declared = json.load(f).get("model_max_length")
+    except (OSError, ValueError):
+        declared = None
+    if isinstance(declared, int) and 0 < declared < 10**6:  # transformers writes 1e30 where none is known
+        bounds.append(declared)
+    return min(bounds) if bounds else None
 
 
 def minilm_path() -> str:

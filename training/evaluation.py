@@ -309,7 +309,7 @@ class ZeroShotConfig:
                 f"{', '.join(sorted(manifest.get('splits', {})))})"
             )
         try:
-            require_encoder(self.encoder_path)
+            require_encoder(self.encoder_path, self.max_len)
         except (ImportError, FileNotFoundError, ValueError) as error:
             raise UsageError(f"--encoder-path {self.encoder_path}: {error}") from None
         if self.output:

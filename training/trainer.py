@@ -85,8 +85,8 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
         from qa_models.encoders import require_encoder
 
         try:
-            require_encoder(cfg.encoder_path)
-        except (ImportError, FileNotFoundError) as error:
+            require_encoder(cfg.encoder_path, cfg.max_len)
+        except (ImportError, FileNotFoundError, ValueError) as error:
             raise UsageError(f"--encoder-path {cfg.encoder_path}: {error}") from None
     task = data_task(manifest)
     metric = select_metric(cfg, task)

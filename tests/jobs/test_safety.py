@@ -440,6 +440,18 @@ NONSENSE = [
     ("build_stackexchangeqa", ["--num-cpus", "-3"], "argument --num-cpus: must be at least 1, got -3"),
     ("train", ["--num-cpus", "0"], "argument --num-cpus: must be at least 1, got 0"),
     ("score", ["--num-cpus", "two"], "argument --num-cpus: a whole number of CPUs, got 'two'"),
+    # past the encoder's position embeddings: a RuntimeError at the first longer text, mid-run
+    ("zero_shot", ["--max-len", "5000"], "--encoder-path minilm: reads at most 512 word pieces a text; --max-len 5000"),
+    (
+        "train",
+        ["--encoder-path", "minilm", "--max-len", "1024"],
+        "reads at most 512 word pieces a text; --max-len 1024",
+    ),
+    (
+        "build_stackexchangeqa",
+        ["--hard-negatives", "minilm", "--mine-max-len", "1000"],
+        "--mine-max-len 1000: --hard-negatives minilm reads at most 512 word pieces",
+    ),
     # numpy's seeds are unsigned 32-bit: -1 failed in the training worker, after Ray had started
     ("train", ["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
     ("word_vectors", ["--seed", "4294967296"], "--seed must be in [0, 4294967295], got 4294967296"),

