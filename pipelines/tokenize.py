@@ -19,7 +19,7 @@ from pipelines.atomic import check_output, staged_dir
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
 from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
 from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
-from runtime.checks import MissingInput, integer_at_least, one_of
+from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 
 
 class SpacyTokenizer:
@@ -148,6 +148,13 @@ class TokenizeConfig:
             raise MissingInput(f"--input {self.input}: no such file or folder")
         if self.vocab and not os.path.exists(self.vocab):
             raise MissingInput(f"--vocab {self.vocab}: no such file or folder")
+        if self.vocab:  # read whole here (it is small), not first after Ray has started and the splits are read
+            from pipelines.vocabulary import given_vocabulary
+
+            try:
+                given_vocabulary(self)
+            except (OSError, ValueError) as error:
+                raise UsageError(str(error) if str(error).startswith("--vocab") else f"--vocab {error}") from None
         from pipelines.readers import ReaderError, splits_at
 
         try:  # the reader's files, found by name: another set's folder is named here, not after Ray starts

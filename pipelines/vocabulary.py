@@ -54,9 +54,26 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str) -> Vocabulary:
-        with open(path) as f:
-            saved = json.load(f)
-        return cls(saved["tokens"], saved.get("chars", list(RESERVED)))
+        """The vocabulary `save` wrote at `path`; ValueError naming the file for anything else (another JSON file
+        given as a vocabulary failed later as KeyError 'tokens')."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except ValueError as error:
+            raise ValueError(f"{path}: not a vocabulary: not JSON ({error})") from None
+        tokens = saved.get("tokens") if isinstance(saved, dict) else None
+        chars = saved.get("chars", list(RESERVED)) if isinstance(saved, dict) else None
+        if not (
+            isinstance(tokens, list)
+            and isinstance(chars, list)
+            and tuple(tokens[: len(RESERVED)]) == RESERVED
+            and all(isinstance(token, str) for token in tokens + chars)
+        ):
+            raise ValueError(
+                f"{path}: not a vocabulary written by tokenize_corpora.py (a JSON object whose 'tokens' list begins "
+                f"{', '.join(RESERVED)})"
+            )
+        return cls(tokens, chars)
 
     @classmethod
     def from_counts(cls, counts: dict[str, int], min_count: int = 1, max_size: int | None = None) -> Vocabulary:

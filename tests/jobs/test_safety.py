@@ -501,6 +501,31 @@ def test_a_url_list_without_urls_is_refused_naming_the_option(tmp_path, capsys, 
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("case", ["other JSON", "README", "folder without one", "other case folding"])
+def test_a_vocabulary_that_is_not_one_is_refused_before_ray_starts(tmp_path, tiny, capsys, case):
+    """--vocab naming a JSON file that is not a vocabulary failed after Ray had started and the splits were read
+    (`error: 'tokens'`, exit 1), and --dry-run passed it; each of these is now one line naming --vocab, exit 2."""
+    vocab, message = {
+        "other JSON": (tmp_path / "ledger.json", "not a vocabulary written by tokenize_corpora.py"),
+        "README": (tmp_path / "README.md", "not a vocabulary: not JSON"),
+        "folder without one": (tmp_path / "empty", "no vocab.json there"),
+        "other case folding": (tmp_path / "cased", "written lower-cased, this run is cased (--cased)"),
+    }[case]
+    (tmp_path / "ledger.json").write_text('{"runs": {}}')
+    (tmp_path / "README.md").write_text("# notes\n")
+    (tmp_path / "empty").mkdir()
+    shutil.copytree(tiny, tmp_path / "cased")
+    manifest = json.loads((tmp_path / "cased" / "manifest.json").read_text())
+    (tmp_path / "cased" / "manifest.json").write_text(json.dumps(dict(manifest, lowercase=True)))
+    argv = ["--dataset", "stackexchangeqa", "--input", tiny, "--output", str(tmp_path / "o"), "--vocab", str(vocab)]
+    for options in (["--dry-run"], ["--cased"] if case == "other case folding" else []):
+        extra = ["--cased"] if case == "other case folding" and "--cased" not in options else []
+        assert _exit_code("tokenize_corpora", argv + options + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("tokenize_corpora: error: --vocab ") and message in err, err
+    assert not (tmp_path / "o").exists()
+
+
 WRONG_INPUTS = [
     ("wikiqa", "TEST.xml", "no WikiQA-{train,dev,test}.tsv(.gz) found"),
     ("trecqa", "WikiQA-train.tsv", "no TrecQA files"),
