@@ -86,6 +86,13 @@ class VectorsConfig:
             raise MissingInput(f"--data {self.data}: no manifest.json (run jobs/tokenize_corpora.py first)")
         if self.vectors and not os.path.exists(self.vectors):
             raise MissingInput(f"--vectors {self.vectors}: no such file")
+        if self.vectors and os.path.isdir(self.vectors):
+            raise UsageError(f"--vectors {self.vectors}: a folder; name the vectors file (.vec or GloVe .txt)")
+        if self.vectors:
+            try:
+                check_vectors_file(self.vectors)
+            except (OSError, VectorsError) as error:
+                raise UsageError(f"--vectors {error}") from None
         if self.encoder:
             from qa_models.encoders import require_encoder
 
@@ -149,39 +156,56 @@ def train_fasttext(cfg: VectorsConfig):
     return model.wv
 
 
-def load_vectors(path: str, wanted: set[str]) -> tuple[dict[str, np.ndarray], int, int]:
-    """Vectors of the `wanted` words from a fastText `.vec` (a `count dim` first line) or GloVe text file (no
-    header), streamed so that only wanted words are kept. Returns (vectors, dimension, words in the file)."""
+def load_vectors(
+    path: str, wanted: set[str] | None, limit: int | None = None
+) -> tuple[dict[str, np.ndarray], int, int]:
+    """Vectors of the `wanted` words (None: every word) from a fastText `.vec` (a `count dim` first line) or GloVe
+    text file (no header), streamed so that only wanted words are kept; with `limit`, the first that many words
+    only (`check_vectors_file`). Returns (vectors, dimension, words read)."""
     vectors: dict[str, np.ndarray] = {}
     dim = None
     count = 0
     with open_text(path) as f:
-        for number, line in enumerate(f, start=1):
-            parts = line.rstrip("\r\n").rstrip(" ").split(" ")
-            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                dim = int(parts[1])  # fastText's header
-                continue
-            if len(parts) < 2:
-                if not line.strip():
+        try:
+            for number, line in enumerate(f, start=1):
+                parts = line.rstrip("\r\n").rstrip(" ").split(" ")
+                if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                    dim = int(parts[1])  # fastText's header
                     continue
-                raise VectorsError(f"{path}: line {number}: expected a word and its numbers")
-            if dim is None:
-                dim = len(parts) - 1
-            if len(parts) - 1 != dim:
-                raise VectorsError(
-                    f"{path}: line {number}: {len(parts) - 1} numbers, expected {dim} (truncated "
-                    "line, or a word with a space in it)"
-                )
-            count += 1
-            word = parts[0]
-            if word in wanted and word not in vectors:
-                try:
-                    vectors[word] = np.asarray(parts[1:], dtype=np.float32)
-                except ValueError:
-                    raise VectorsError(f"{path}: line {number}: a value that is not a number") from None
+                if len(parts) < 2:
+                    if not line.strip():
+                        continue
+                    raise VectorsError(f"{path}: line {number}: expected a word and its numbers")
+                if dim is None:
+                    dim = len(parts) - 1
+                if len(parts) - 1 != dim:
+                    raise VectorsError(
+                        f"{path}: line {number}: {len(parts) - 1} numbers, expected {dim} (truncated "
+                        "line, or a word with a space in it)"
+                    )
+                count += 1
+                word = parts[0]
+                if (wanted is None or word in wanted) and word not in vectors:
+                    try:
+                        vectors[word] = np.asarray(parts[1:], dtype=np.float32)
+                    except ValueError:
+                        raise VectorsError(f"{path}: line {number}: a value that is not a number") from None
+                if limit is not None and count >= limit:
+                    break
+        except UnicodeDecodeError:
+            raise VectorsError(
+                f"{path}: not text (a .vec or GloVe .txt file; word2vec's binary .bin is not read)"
+            ) from None
     if dim is None:
         raise VectorsError(f"{path}: no vectors in the file")
     return vectors, dim, count
+
+
+def check_vectors_file(path: str, words: int = 5) -> None:
+    """Raise VectorsError unless the first `words` vectors of `path` read as the run reads them, every value a
+    number: a file of another kind is named before any work, while the run reads the whole file (GloVe's is
+    gigabytes) only after the job has started."""
+    load_vectors(path, None, limit=words)
 
 
 def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.ndarray], int, dict]:

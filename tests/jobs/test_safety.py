@@ -579,6 +579,9 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
     """--dry-run reads what the run reads first: a missing --data, a missing --init-from or vocabulary, a
     damaged checkpoint; each exits non-zero with one line, as the run would, without starting anything."""
     runs = str(tmp_path / "runs")
+    notes, binary = tmp_path / "notes.txt", tmp_path / "vectors.bin"
+    notes.write_text("# vectors to try\nglove from the lab share\n")
+    binary.write_bytes(bytes(range(128, 256)) * 8)  # word2vec's binary layout is not read
     probes = [
         ("train", ["--model", "gsamn", "--data", str(tmp_path / "none"), "--storage-path", runs], 2, "not found"),
         (
@@ -609,6 +612,10 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
             "--vocab",
         ),
         ("word_vectors", ["--data", tiny, "--vectors", str(tmp_path / "glove.txt")], 2, "no such file"),
+        # another kind of file as --vectors: the run named it after it had started, exit 1
+        ("word_vectors", ["--data", tiny, "--vectors", str(notes)], 2, f"--vectors {notes}: line 1: a value that"),
+        ("word_vectors", ["--data", tiny, "--vectors", str(binary)], 2, "not text (a .vec or GloVe .txt file;"),
+        ("word_vectors", ["--data", tiny, "--vectors", str(tmp_path)], 2, "a folder; name the vectors file"),
         ("zero_shot", ["--data", tiny, "--split", "validation"], 2, "no such split"),
     ]
     for job, argv, code, fragment in probes:
