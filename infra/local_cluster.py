@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -62,12 +61,12 @@ def _worker_pool_env(cpus: int) -> dict[str, str]:
 
 
 def _free_port() -> int:
-    """A port nothing listens on now. Ray's fixed defaults (the dashboard agent's 52365, the client server's
-    10001) are taken by any other Ray on the machine, even a plain `ray.init()`, and a head whose agent cannot
-    bind never runs a submitted job."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port nothing listens on now (`runtime.ray_env.free_port`). Ray's fixed defaults (the dashboard agent's
+    52365, the client server's 10001) are taken by any other Ray on the machine, even a plain `ray.init()`, and a
+    head whose agent cannot bind never runs a submitted job."""
+    from runtime.ray_env import free_port
+
+    return free_port()
 
 
 def _state_file(temp_dir: str) -> str:

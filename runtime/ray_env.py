@@ -111,7 +111,38 @@ def init_local_ray(**kwargs) -> None:
     ray.init(address="local", **kwargs)
 
 
+# Ports Ray itself takes on a node: its workers' (10002-19999 by default) and, above them, the kernel's ephemeral
+# range, which every outgoing connection and every bind to port 0 draws from.
+RAY_WORKER_PORTS_END = 19999
+
+
+def ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; elsewhere the gap is only a guess, and bind() still checks
+
+
 def free_port() -> int:
+    """A port free now on 127.0.0.1, for a server Ray starts a moment later. Drawn at random between Ray's worker
+    ports and the kernel's ephemeral range, where nothing takes a port unasked: a port from bind(0) comes from the
+    ephemeral range, and another local Ray starting beside this one (its gRPC servers and connections) took it
+    before Ray bound it (measured: a training test beside another job, `Failed to bind to 127.0.0.1:35699 because
+    it's already occupied`). Where that gap is too narrow (a custom ip_local_port_range), the kernel picks."""
+    import random
+
+    gap = range(RAY_WORKER_PORTS_END + 1, ephemeral_start())
+    draw = random.SystemRandom()
+    for _ in range(64 if len(gap) >= 1000 else 0):
+        port = draw.choice(gap)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
