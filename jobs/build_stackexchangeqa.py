@@ -335,7 +335,8 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     exclude, the URL list, the downloads or the miner, or it is not an earlier build), dumps that cannot be read,
     and a --hard-negatives miner that cannot be loaded."""
     from crawl.dump import DumpError, check_readable
-    from pipelines.atomic import check_output
+    from pipelines.atomic import check_folder_can_be_made, check_output
+    from pipelines.overlap import check_test_sets
     from pipelines.stackexchangeqa import JOB, earlier_build
 
     for path in cfg.dumps:
@@ -348,6 +349,13 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
         args.checksums if "://" not in (args.checksums or "") else None,
     ]
     check_output(cfg.output, JOB, cfg.input_paths() + [p for p in others if p], earlier_build)
+    for option, folder in (("--cache", args.cache), ("--download-dir", args.download_dir)):
+        if folder:  # an existing file there failed after Ray had started ([Errno 17] File exists)
+            check_folder_can_be_made(folder, f"{option} {folder}")
+    try:  # each test set read up to its first text: another file given as WikiQA failed in the build
+        check_test_sets(cfg.exclude_test_sets)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--exclude-overlap {error}") from None
     for path in cfg.dumps:  # a folder without a dump, an empty file, not gzip, another file of the dump: refused
         try:
             check_readable(path)

@@ -526,6 +526,42 @@ def test_a_vocabulary_that_is_not_one_is_refused_before_ray_starts(tmp_path, tin
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--exclude-overlap", "wikiqa=NOTES"],
+            "--exclude-overlap wikiqa=NOTES: not a WikiQA TSV (columns ['# notes'])",
+        ),
+        (
+            ["--exclude-overlap", "wikqa=NOTES"],
+            "--exclude-overlap wikqa=NOTES: unknown test set 'wikqa' (one of wikiqa,",
+        ),
+        (["--exclude-overlap", "trecqa=TMP"], "--exclude-overlap trecqa=TMP: none of TEST.xml (or .gz) found"),
+        (["--cache", "NOTES"], "--cache NOTES: NOTES is an existing file, not a folder"),
+        (
+            ["--download-dir", "NOTES/archives"],
+            "--download-dir NOTES/archives: NOTES is an existing file, not a folder",
+        ),
+    ],
+    ids=["another file as WikiQA", "unknown set", "a folder without the set", "cache a file", "downloads under a file"],
+)
+def test_build_inputs_that_failed_after_ray_started_are_refused_first(tmp_path, capsys, options, message):
+    """Each of these passed --dry-run and failed inside the build (`error: NOTES: not a WikiQA TSV`, `[Errno 17] File
+    exists`), exit 1; now one line naming the option, exit 2, before Ray starts."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("# notes\n")
+    (tmp_path / "sets").mkdir()  # a folder without TrecQA's files
+    options = [o.replace("NOTES", str(notes)).replace("TMP", str(tmp_path / "sets")) for o in options]
+    message = message.replace("NOTES", str(notes)).replace("TMP", str(tmp_path / "sets"))
+    argv = ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "o"), *options]
+    for dry_run in (["--dry-run"], []):
+        assert _exit_code("build_stackexchangeqa", argv + dry_run) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert message in err, err
+    assert not (tmp_path / "o").exists()
+
+
 WRONG_INPUTS = [
     ("wikiqa", "TEST.xml", "no WikiQA-{train,dev,test}.tsv(.gz) found"),
     ("trecqa", "WikiQA-train.tsv", "no TrecQA files"),
