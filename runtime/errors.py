@@ -24,7 +24,9 @@ def scrub(text: str) -> str:
 
 def unwrap(error: BaseException) -> BaseException:
     """The user's exception inside Ray's wrappers: a Ray task error's cause, a Ray Train worker group's failure
-    (the lowest rank's) or controller failure, so a job prints 'file: line: reason', not a stack of wrappers."""
+    (the lowest rank's) or controller failure, so a job prints 'file: line: reason', not a stack of wrappers.
+    Only Ray's own exceptions are unwrapped: ours raised `from` a library's error carry the file and option the
+    library's lack (`--embeddings F: not a .npy matrix (...)` printed numpy's message alone)."""
     seen = set()
     while id(error) not in seen:
         seen.add(id(error))
@@ -36,6 +38,8 @@ def unwrap(error: BaseException) -> BaseException:
         if isinstance(base, BaseException):
             error = base
             continue
+        if not type(error).__module__.startswith("ray."):
+            break
         cause = getattr(error, "controller_failure", None) or getattr(error, "cause", None) or error.__cause__
         if not isinstance(cause, BaseException):
             break

@@ -57,9 +57,10 @@ def embeddings_shape(path: str, vocab_size: int | None) -> tuple[int, int]:
     try:
         matrix = np.load(path, mmap_mode="r")
     except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: not a .npy matrix ({error})") from error
+        said = str(error).split(". ")[0]  # numpy's first sentence; it calls any other file pickled data
+        raise UsageError(f"{path}: not a .npy matrix of jobs/word_vectors.py (numpy: {said})") from None
     if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
-        raise ValueError(f"{path}: expected a float (vocab, dim) matrix, got {matrix.dtype} {matrix.shape}")
+        raise UsageError(f"{path}: expected a float (vocab, dim) matrix, got {matrix.dtype} {matrix.shape}")
     if vocab_size and matrix.shape[0] != vocab_size:
         raise UsageError(
             f"{path}: {matrix.shape[0]} rows for a vocabulary of {vocab_size} (vectors written for "

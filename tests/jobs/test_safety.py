@@ -648,6 +648,13 @@ def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
             "--vocab",
         ),
         ("word_vectors", ["--data", tiny, "--vectors", str(tmp_path / "glove.txt")], 2, "no such file"),
+        # a file that is not a matrix as --embeddings: numpy's "This file contains pickled (object) data", exit 1
+        (
+            "train",
+            ["--model", "gsamn", "--data", tiny, "--storage-path", runs, "--embeddings", str(notes)],
+            2,
+            f"{notes}: not a .npy matrix of jobs/word_vectors.py (numpy: ",
+        ),
         # another kind of file as --vectors: the run named it after it had started, exit 1
         ("word_vectors", ["--data", tiny, "--vectors", str(notes)], 2, f"--vectors {notes}: line 1: a value that"),
         ("word_vectors", ["--data", tiny, "--vectors", str(binary)], 2, "not text (a .vec or GloVe .txt file;"),
