@@ -361,11 +361,41 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
             check_readable(path)
         except DumpError as error:
             raise MissingInput(f"--dump {error}") from None
+    if args.download:  # the local files a download reads, read here: --dry-run passed a malformed Sites.xml
+        check_download_lists(args)
     spec = cfg.miner()
     if spec is not None:
         from pipelines.hard_negatives import check_miner
 
         check_miner(spec)
+
+
+def check_download_lists(args: argparse.Namespace) -> None:
+    """--sites-xml (for --download all) must list sites, and a local --checksums file must hold a checksum for
+    every archive to download: an archive without one is taken unchecked (a README given there verified nothing)."""
+    from crawl.download import DownloadError, archive_name, load_checksums, parse_sites_xml
+
+    wanted = args.download.strip()
+    sites = [s.strip() for s in wanted.split(",") if s.strip()]
+    if wanted == "all":
+        try:
+            sites = parse_sites_xml(args.sites_xml, args.include_meta)
+        except DownloadError as error:
+            raise UsageError(f"--sites-xml {error}") from None
+        if not sites:
+            raise UsageError(f"--sites-xml {args.sites_xml}: lists no site (rows with a Url)")
+    if args.checksums and "://" not in args.checksums:
+        try:
+            sums = load_checksums(args.checksums)
+        except (OSError, ValueError) as error:  # UnicodeDecodeError too
+            raise UsageError(f"--checksums {args.checksums}: cannot read it ({error})") from None
+        unchecked = [archive_name(site) for site in sites if archive_name(site) not in sums]
+        if unchecked:
+            shown = ", ".join(unchecked[:3]) + (f" and {len(unchecked) - 3} more" if len(unchecked) > 3 else "")
+            raise UsageError(
+                f"--checksums {args.checksums}: no checksum for {shown} (md5sum or sha256sum lines, 'HEX  NAME'); "
+                "an archive without one would be taken unchecked"
+            )
 
 
 def main(argv=None) -> int:

@@ -543,8 +543,23 @@ def test_a_vocabulary_that_is_not_one_is_refused_before_ray_starts(tmp_path, tin
             ["--download-dir", "NOTES/archives"],
             "--download-dir NOTES/archives: NOTES is an existing file, not a folder",
         ),
+        # the download's own lists: a malformed Sites.xml passed --dry-run; a --checksums file without the site's
+        # line let the archive be taken unchecked
+        (["--download", "all", "--sites-xml", "NOTES"], "--sites-xml NOTES: line 1: malformed Sites.xml"),
+        (
+            ["--download", "beer", "--checksums", "NOTES"],
+            "--checksums NOTES: no checksum for beer.stackexchange.com.7z",
+        ),
     ],
-    ids=["another file as WikiQA", "unknown set", "a folder without the set", "cache a file", "downloads under a file"],
+    ids=[
+        "another file as WikiQA",
+        "unknown set",
+        "a folder without the set",
+        "cache a file",
+        "downloads under a file",
+        "Sites.xml not XML",
+        "checksums without the site",
+    ],
 )
 def test_build_inputs_that_failed_after_ray_started_are_refused_first(tmp_path, capsys, options, message):
     """Each of these passed --dry-run and failed inside the build (`error: NOTES: not a WikiQA TSV`, `[Errno 17] File
