@@ -81,7 +81,7 @@ class DownloadConfig:
     dest: str
     mirror: str = DEFAULT_MIRROR
     checksums: dict[str, str] = field(default_factory=dict)  # archive name -> "md5:HEX" / "sha256:HEX"
-    require_checksum: bool = False
+    require_checksum: bool = False  # the job sets it with --checksums: an archive the list lacks is not fetched
     max_retries: int = 5
     backoff_base: float = 1.0
     timeout: float = 60.0
@@ -114,7 +114,9 @@ class Downloader:
         target = os.path.join(self.cfg.dest, os.path.basename(name))
         expected = self.cfg.checksums.get(name)
         if expected is None and self.cfg.require_checksum:
-            raise DownloadError(f"{url}: no checksum known for {name} and require_checksum is set")
+            raise DownloadError(
+                f"{url}: no checksum for {name} in --checksums; an archive without one would be taken unchecked"
+            )
         if os.path.exists(target):
             if expected is None or self._matches(target, expected):
                 return target

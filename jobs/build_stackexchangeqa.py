@@ -427,6 +427,7 @@ def main(argv=None) -> int:
                 dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
                 mirror=args.mirror,
                 checksums=load_checksums(args.checksums),
+                require_checksum=bool(args.checksums),  # a URL's list is read only here: a site it lacks is refused
             )
             downloaded = download_sites(sites, dl_cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
             for path in downloaded:

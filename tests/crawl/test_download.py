@@ -98,6 +98,14 @@ def test_download_resumes_with_a_range_request_and_verifies_the_checksum(http_se
     assert not os.path.exists(path + ".part")
     assert Downloader(cfg).site_archive("beer") == path and len(http_server.log) == 2  # already there
 
+    # given checksums (build --checksums URL), an archive the list lacks is not fetched: it was taken unverified
+    strict = DownloadConfig(
+        dest=str(tmp_path / "dl2"), mirror=http_server.url("/dumps"), checksums={}, require_checksum=True
+    )
+    with pytest.raises(DownloadError, match=f"no checksum for {name} in --checksums"):
+        Downloader(strict).site_archive("beer")
+    assert len(http_server.log) == 2 and not os.path.exists(tmp_path / "dl2" / name)
+
 
 def test_download_with_a_wrong_checksum_keeps_nothing(http_server, beer_archive, tmp_path):
     data = Path(beer_archive).read_bytes()
@@ -141,3 +149,18 @@ def test_download_errors_name_the_url_and_redirects_stay_on_the_mirror(http_serv
         download_sites(["nosuch", "coffee"], cfg, log=lambda m: None)
     assert "nosuch.stackexchange.com.7z: HTTP 404" in str(err.value)
     assert "outside 127.0.0.1" in str(err.value)
+
+
+def test_build_with_a_checksums_url_that_lacks_a_site_fetches_nothing_unverified(http_server, tmp_path, capsys):
+    """build --download beer --checksums URL: the list (read only once the build starts) holds no line for beer's
+    archive, which was then downloaded unverified; now the job stops before fetching it."""
+    from jobs import build_stackexchangeqa
+
+    http_server.script("/sums.txt", Reply(200, ("ab" * 32 + "  coffee.stackexchange.com.7z\n").encode()))
+    argv = ["--download", "beer", "--mirror", http_server.url("/dumps"), "--checksums", http_server.url("/sums.txt")]
+    argv += ["--output", str(tmp_path / "seqa"), "--download-dir", str(tmp_path / "dl")]
+    assert build_stackexchangeqa.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no checksum for beer.stackexchange.com.7z in --checksums" in err, err
+    assert [path for _, path, _ in http_server.log] == ["/sums.txt"]  # the archive was never asked for
+    assert not (tmp_path / "seqa").exists()
