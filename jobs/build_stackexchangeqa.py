@@ -370,20 +370,28 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
         check_miner(spec)
 
 
+def requested_sites(args: argparse.Namespace) -> list[str]:
+    """The sites --download names: its comma-separated list, or for `all` every site --sites-xml lists
+    (DownloadError for a malformed one)."""
+    from crawl.download import parse_sites_xml
+
+    wanted = args.download.strip()
+    if wanted == "all":
+        return parse_sites_xml(args.sites_xml, args.include_meta)
+    return [s.strip() for s in wanted.split(",") if s.strip()]
+
+
 def check_download_lists(args: argparse.Namespace) -> None:
     """--sites-xml (for --download all) must list sites, and a local --checksums file must hold a checksum for
     every archive to download: an archive without one is taken unchecked (a README given there verified nothing)."""
-    from crawl.download import DownloadError, archive_name, load_checksums, parse_sites_xml
+    from crawl.download import DownloadError, archive_name, load_checksums
 
-    wanted = args.download.strip()
-    sites = [s.strip() for s in wanted.split(",") if s.strip()]
-    if wanted == "all":
-        try:
-            sites = parse_sites_xml(args.sites_xml, args.include_meta)
-        except DownloadError as error:
-            raise UsageError(f"--sites-xml {error}") from None
-        if not sites:
-            raise UsageError(f"--sites-xml {args.sites_xml}: lists no site (rows with a Url)")
+    try:
+        sites = requested_sites(args)
+    except DownloadError as error:  # only --sites-xml is read
+        raise UsageError(f"--sites-xml {error}") from None
+    if not sites and args.download.strip() == "all":
+        raise UsageError(f"--sites-xml {args.sites_xml}: lists no site (rows with a Url)")
     if args.checksums and "://" not in args.checksums:
         try:
             sums = load_checksums(args.checksums)
@@ -414,15 +422,10 @@ def main(argv=None) -> int:
         print(json.dumps(shown, indent=2))
         return 0
     if args.download:
-        from crawl.download import DownloadConfig, DownloadError, download_sites, load_checksums, parse_sites_xml
+        from crawl.download import DownloadConfig, DownloadError, download_sites, load_checksums
 
         try:
-            wanted = args.download.strip()
-            sites = (
-                parse_sites_xml(args.sites_xml, args.include_meta)
-                if wanted == "all"
-                else [s.strip() for s in wanted.split(",") if s.strip()]
-            )
+            sites = requested_sites(args)
             dl_cfg = DownloadConfig(
                 dest=args.download_dir or os.path.abspath(cfg.output) + ".downloads",
                 mirror=args.mirror,
