@@ -223,10 +223,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    from pipelines.shards import read_manifest
     from qa_models import MODELS
     from runtime.ray_env import init_local_ray
     from training.config import TrainConfig
-    from training.data import read_manifest
 
     models = [m for m in MODELS if MODELS[m].inputs != "passages"] if args.models == "all" else args.models.split(",")
     unknown = [m for m in models if m not in MODELS]

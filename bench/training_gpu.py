@@ -282,9 +282,9 @@ def plain(
     (`seed_micro_batch`); `prefetch`, batches are built and pinned in a thread (`training.data.prefetched`)."""
     import torch
 
-    from pipelines.shards import shard_paths
+    from pipelines.shards import read_manifest, shard_paths
     from training.config import data_fields
-    from training.data import Batcher, pinned, prefetched, read_manifest, to_device
+    from training.data import Batcher, pinned, prefetched, to_device
     from training.loop import seed_micro_batch
     from training.models import build_model, training_forward
     from training.optim import build_optimizer

@@ -255,7 +255,7 @@ def inputs_problem(
 def manifest_input(path: str) -> str | None:
     """The input folder a tokenised folder's manifest says it was built from (`config.input`), or None (not a
     manifest, or none named)."""
-    from training.data import read_manifest
+    from pipelines.shards import read_manifest
 
     if not path.endswith("manifest.json"):
         return None

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     try:  # what the run would refuse first; --dry-run stops after it
         cfg.check_inputs()
-    except UsageError as error:
+    except (ValueError, OSError) as error:  # a refused option (2), or a damaged input named by its path (1)
         return fail("word_vectors", error)
     if args.dry_run:
         print(json.dumps(dict(asdict(cfg), blas_kernels=args.blas_kernels_in_effect), indent=2))

@@ -17,6 +17,7 @@ from pipelines.atomic import recognised_by
 from pipelines.blocks import materialised_blocks
 from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
 from pipelines.vocabulary import RESERVED, Vocabulary
+from runtime.checks import MissingInput
 
 JOB = "tokenize_corpora"  # the job that writes tokenised folders: the name its outputs carry (pipelines.atomic)
 # A tokenised folder written before outputs carried a completion marker: its manifest, with splits and vocabulary.
@@ -29,6 +30,33 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_manifest(data: str) -> dict:
+    """DATA/manifest.json, refused with one line naming it where it is missing, damaged or not a manifest."""
+    path = os.path.join(data, "manifest.json")
+    if not os.path.exists(path):
+        raise MissingInput(f"{path}: not found; --data must be a folder written by jobs/tokenize_corpora.py")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except ValueError as error:
+        raise ValueError(f"{path}: damaged ({error}); tokenise again") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits", {}), dict):
+        raise ValueError(f"{path}: not a manifest of jobs/tokenize_corpora.py (no splits)")
+    return manifest
+
+
+def check_vocabulary(data: str, manifest: dict) -> None:
+    """DATA/vocab.json is there and is the vocabulary the manifest was written with (its sha256): the ids in the
+    shards, a checkpoint's vocabulary check, word statistics and word vectors all rest on it."""
+    path = os.path.join(data, manifest.get("vocab", "vocab.json"))
+    if not os.path.exists(path):
+        raise MissingInput(f"{path}: not found; --data must be a whole folder written by jobs/tokenize_corpora.py")
+    if manifest.get("vocab_sha256") and sha256_file(path) != manifest["vocab_sha256"]:
+        raise ValueError(
+            f"{path}: not the vocabulary {data}/manifest.json was written with (its sha256 differs); tokenise again"
+        )
 
 
 # Beside the manifest of a tokenised folder carried to another machine and unpacked there (infra/offline_gpu/carry.py):
@@ -248,8 +276,7 @@ def shard_paths(data: str, split: str, verify: str = "size") -> tuple[list[str],
 
     from pipelines.schemas import SCHEMAS
 
-    with open(os.path.join(data, "manifest.json")) as f:
-        manifest = json.load(f)
+    manifest = read_manifest(data)
     if split not in manifest["splits"]:
         raise ShardError(f"{data}/manifest.json has no split {split!r} (has {', '.join(manifest['splits'])})")
     schema = SCHEMAS[manifest["schema"]]

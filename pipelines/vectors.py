@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from pipelines.atomic import FileKind, add_derived_file, check_output_file
 from pipelines.readers.common import open_text
-from pipelines.shards import tokenised_files
+from pipelines.shards import check_vocabulary, read_manifest, shard_paths, tokenised_files
 from pipelines.vocabulary import PAD, RESERVED, Vocabulary
 from runtime.blas import openblas_kernels
 from runtime.checks import MissingInput, UsageError, integer_at_least, seed_in_range
@@ -84,6 +84,11 @@ class VectorsConfig:
         """The inputs exist and neither file written (the .npy and its .json report) replaces an input."""
         if not os.path.exists(os.path.join(self.data, "manifest.json")):
             raise MissingInput(f"--data {self.data}: no manifest.json (run jobs/tokenize_corpora.py first)")
+        manifest = read_manifest(self.data)  # damaged, or not a manifest
+        check_vocabulary(self.data, manifest)  # the rows' ids are this vocabulary's, and so the matrix's rows
+        if "train" not in manifest["splits"]:  # fastText, distillation and the OOV rate by token read it
+            raise UsageError(f"--data {self.data}: manifest.json has no 'train' split")
+        shard_paths(self.data, "train")  # its shards are there, whole, as the manifest lists them
         if self.vectors and not os.path.exists(self.vectors):
             raise MissingInput(f"--vectors {self.vectors}: no such file")
         if self.vectors and os.path.isdir(self.vectors):
@@ -112,8 +117,7 @@ class TrainSentences:
     never held in memory. Ids are mapped back to their words (`<unk>` where the vocabulary had none)."""
 
     def __init__(self, data: str):
-        with open(os.path.join(data, "manifest.json")) as f:
-            manifest = json.load(f)
+        manifest = read_manifest(data)
         self.files = [os.path.join(data, e["path"]) for e in manifest["splits"]["train"]["files"]]
         self.columns = (
             ["question_ids", "answer_ids"]

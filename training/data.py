@@ -3,7 +3,6 @@ and the evaluation batches of a split, read straight from Parquet in a fixed, le
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -13,20 +12,6 @@ from runtime.checks import MissingInput, UsageError
 
 if TYPE_CHECKING:
     from training.config import TrainConfig
-
-
-def read_manifest(data: str) -> dict:
-    path = os.path.join(data, "manifest.json")
-    if not os.path.exists(path):
-        raise MissingInput(f"{path}: not found; --data must be a folder written by jobs/tokenize_corpora.py")
-    try:
-        with open(path) as f:
-            manifest = json.load(f)
-    except ValueError as error:
-        raise ValueError(f"{path}: damaged ({error}); tokenise again") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits", {}), dict):
-        raise ValueError(f"{path}: not a manifest of jobs/tokenize_corpora.py (no splits)")
-    return manifest
 
 
 # The config field that is the width of a model's word embeddings, in the order looked for (GGSA and GSAMN have

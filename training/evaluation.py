@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from pipelines.atomic import FileKind
+from pipelines.shards import read_manifest
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 from training.checkpoints import check_vocabulary_fits, load_checkpoint, resolve_checkpoint
 from training.config import TrainConfig, autocast_dtype, resolve_device
-from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, read_manifest, to_device
+from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, to_device
 from training.progress import figure_cells
 
 # What --output (evaluate, zero_shot) and train's --test-output write, and so the only file they replace

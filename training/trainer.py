@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.checks import MissingInput, UsageError
+from runtime.checks import UsageError
 from runtime.stop import fit_until_signalled, new_key
 from training.checkpoints import (
     SCORE,
@@ -36,7 +36,7 @@ from training.config import (
     select_metric,
     total_steps_for,
 )
-from training.data import check_data_fits_model, embeddings_path, embeddings_shape, read_manifest
+from training.data import check_data_fits_model, embeddings_path, embeddings_shape
 from training.evaluation import EvaluateConfig, dev_references, evaluate_checkpoint
 from training.loop import train_loop_per_worker
 from training.models import model_config
@@ -77,7 +77,7 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     the run folder (a folder of something else, the data or a folder inside it, or the --init-from run, is
     refused; a damaged latest checkpoint is reported and the newest intact one chosen; a checkpoint of another
     model or configuration, or of other data or another start, is refused)."""
-    from pipelines.shards import path_free_sha256, shard_paths
+    from pipelines.shards import check_vocabulary, path_free_sha256, read_manifest, shard_paths
 
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
@@ -141,20 +141,6 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     )
     check_run_folder(cfg, plan, log)
     return plan
-
-
-def check_vocabulary(data: str, manifest: dict) -> None:
-    """DATA/vocab.json is there and is the vocabulary the manifest was written with (its sha256): the ids in the
-    shards, a checkpoint's vocabulary check and word statistics all rest on it."""
-    from pipelines.shards import sha256_file
-
-    path = os.path.join(data, manifest.get("vocab", "vocab.json"))
-    if not os.path.exists(path):
-        raise MissingInput(f"{path}: not found; --data must be a whole folder written by jobs/tokenize_corpora.py")
-    if manifest.get("vocab_sha256") and sha256_file(path) != manifest["vocab_sha256"]:
-        raise ValueError(
-            f"{path}: not the vocabulary {data}/manifest.json was written with (its sha256 differs); tokenise again"
-        )
 
 
 # What a run folder of jobs/train.py holds: Ray Train's files (checkpoints, its snapshot, its storage marker) and

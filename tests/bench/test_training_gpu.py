@@ -22,8 +22,7 @@ from tests.conftest import make_tokenised
 
 
 def test_repeated_split_multiplies_train_with_unique_ids_and_a_valid_manifest(tmp_path):
-    from pipelines.shards import shard_paths
-    from training.data import read_manifest
+    from pipelines.shards import read_manifest, shard_paths
 
     data = make_tokenised(tmp_path / "tiny", questions=5, candidates=3)
     out = repeated_split(data, 4, str(tmp_path))

@@ -52,9 +52,9 @@ def tiny(tmp_path) -> str:
 
 def _checkpoint(folder, data: str, model: str = "gsamn", step: int = 3, **train) -> str:
     """A real checkpoint of jobs/train.py's format, written without Ray: a small model's weights."""
+    from pipelines.shards import read_manifest
     from training.checkpoints import write_checkpoint
     from training.config import TrainConfig
-    from training.data import read_manifest
     from training.models import build_model
 
     manifest = read_manifest(data)
@@ -222,6 +222,42 @@ def test_a_results_file_replaces_only_an_earlier_one_of_its_kind(tmp_path, tiny,
     target.write_text("")
     assert _exit_code(job, argv + [option, str(target), "--dry-run"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "damage, code, said",
+    [
+        ("manifest not JSON", 1, "manifest.json: damaged ("),
+        ("manifest without splits", 1, "manifest.json: not a manifest of jobs/tokenize_corpora.py"),
+        ("no vocab.json", 2, "vocab.json: not found; --data must be a whole folder"),
+        ("another vocabulary", 1, "vocab.json: not the vocabulary"),
+        ("a train shard missing", 1, "train/part-00000.parquet: listed in"),
+        ("no train split", 2, "manifest.json has no 'train' split"),
+    ],
+)
+def test_word_vectors_dry_run_finds_a_data_folder_the_run_cannot_read(tmp_path, capsys, damage, code, said):
+    """--dry-run read only whether DATA/manifest.json existed: the run then stopped on what it could have been told,
+    with a message that named no file (a damaged manifest) or after loading a vectors file (another vocabulary)."""
+    data = make_tokenised(tmp_path / "data")
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    if damage == "manifest not JSON":
+        (tmp_path / "data" / "manifest.json").write_text('{"splits": ')
+    elif damage == "manifest without splits":
+        (tmp_path / "data" / "manifest.json").write_text('{"splits": []}')
+    elif damage == "no vocab.json":
+        os.remove(tmp_path / "data" / "vocab.json")
+    elif damage == "another vocabulary":
+        (tmp_path / "data" / "vocab.json").write_text('{"tokens": ["<pad>", "<unk>", "beer"]}')
+    elif damage == "a train shard missing":
+        os.remove(tmp_path / "data" / "train" / "part-00000.parquet")
+    else:
+        del manifest["splits"]["train"]
+        (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+    before = tree(tmp_path)
+    assert _exit_code("word_vectors", ["--data", data, "--dry-run"]) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("word_vectors: error: ") and said in err and "\n" not in err
+    assert tree(tmp_path) == before
 
 
 def test_a_checkpoint_is_not_scored_on_data_of_another_vocabulary_of_its_size(tmp_path, tiny, capsys):

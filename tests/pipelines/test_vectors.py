@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.schemas import TOKENISED_PAIRS
 from pipelines.vectors import VectorsConfig, VectorsError, load_vectors, write
 from pipelines.vocabulary import Vocabulary
 from runtime.checks import UsageError
@@ -24,14 +25,11 @@ WORDS = ["<pad>", "<unk>", "<sep>", "<cls>", "the", "beer", "stout", "hops", "Po
 def _tokenised(folder, sentences: list[tuple[list[int], list[int]]]) -> str:
     os.makedirs(folder / "train")
     Vocabulary(WORDS).save(str(folder / "vocab.json"))
-    table = pa.table(
-        {
-            "qid": [f"q{i}" for i in range(len(sentences))],
-            "question_ids": pa.array([q for q, _ in sentences], pa.list_(pa.int32())),
-            "answer_ids": pa.array([a for _, a in sentences], pa.list_(pa.int32())),
-        }
-    )
-    pq.write_table(table, folder / "train" / "part-0.parquet")
+    rows = [
+        {"qid": f"q{i}", "aid": f"a{i}", "label": 1, "question": "", "answer": "", "question_ids": q, "answer_ids": a}
+        for i, (q, a) in enumerate(sentences)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, TOKENISED_PAIRS), folder / "train" / "part-0.parquet")
     manifest = {"schema": "tokenised_pairs", "splits": {"train": {"files": [{"path": "train/part-0.parquet"}]}}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return str(folder)

@@ -61,8 +61,8 @@ def wikihop_tokenised(shared_data, ray_local, tmp_path_factory):
 
 @pytest.mark.parametrize("dataset, metrics", [("squad", ("f1", "em")), ("wikihop", ("accuracy",))])
 def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metrics, request, tmp_path, ray_local):
+    from pipelines.shards import read_manifest
     from training.config import TrainConfig, batches_per_epoch_for
-    from training.data import read_manifest
     from training.evaluation import EvaluateConfig, evaluate_checkpoint
     from training.trainer import run
 
