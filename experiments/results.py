@@ -158,6 +158,16 @@ def main(argv=None) -> int:
     seeds = seeds_option(args.seeds, p.error)
     if args.lanes < 1:
         p.error(f"--lanes must be at least 1, got {args.lanes}")
+    if args.use_gpu and not (args.report_only or args.prepare_only):  # each run's train.py would refuse it
+        from runtime.checks import UsageError
+        from runtime.ray_env import check_gpus_at_hand
+
+        try:
+            check_gpus_at_hand(
+                "--use-gpu", round(1 / args.lanes, 3), unit="training run", options="--lanes runs share it"
+            )
+        except UsageError as error:
+            p.error(str(error))
     unmatched = unmatched_patterns(args.only, args.profile)
     if unmatched:
         p.error(

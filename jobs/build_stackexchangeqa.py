@@ -366,7 +366,9 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     spec = cfg.miner()
     if spec is not None:
         from pipelines.hard_negatives import check_miner
+        from runtime.ray_env import check_gpus_at_hand
 
+        check_gpus_at_hand("--mine-gpus", cfg.mine_gpus, unit="mining task")
         check_miner(spec)
 
 

@@ -56,6 +56,34 @@ def add_local_ray_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_gpus_at_hand(option: str, per_unit: float, units: int = 1, unit: str = "task", options: str = "") -> None:
+    """Refuse, before Ray starts, a GPU request that the private local Ray of a job run directly could never meet:
+    Ray waits for the resources for ever (Ray Train's worker group times out and retries every minute; a Ray Data
+    actor or task that asks for a GPU never starts). `units` (workers, actors) of `per_unit` GPUs each, named by
+    `options`, must be placed at once (Ray
+    puts fractions of one GPU side by side on it, and more than one only as whole GPUs). On a cluster (RAY_ADDRESS)
+    the request stands: an autoscaler may add GPU nodes."""
+    if not per_unit or os.environ.get("RAY_ADDRESS"):
+        return
+    import math
+
+    import torch
+
+    have = torch.cuda.device_count()  # what Ray finds on this node too: both read CUDA_VISIBLE_DEVICES
+    fits = units <= have * math.floor(1 / per_unit + 1e-9) if per_unit <= 1 else units * math.ceil(per_unit) <= have
+    if fits:
+        return
+    from runtime.checks import UsageError
+
+    what = f"{units} {unit}s of {per_unit:g} GPU each" if units > 1 else f"one {unit} of {per_unit:g} GPU"
+    what += f" ({options})" if options else ""
+    found = f"this machine has {have}" if have else "this machine has none that CUDA sees"
+    raise UsageError(
+        f"{option}: {what} cannot be placed: {found}, and the local Ray the job starts would wait for them for "
+        "ever (leave the option out to run on the CPUs, or submit to a cluster with GPUs: RAY_ADDRESS)"
+    )
+
+
 def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
     """LOCAL_RAY_ENV, and a worker pool that keeps warm workers through a shuffle.
 

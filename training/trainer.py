@@ -78,7 +78,12 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     refused; a damaged latest checkpoint is reported and the newest intact one chosen; a checkpoint of another
     model or configuration, or of other data or another start, is refused)."""
     from pipelines.shards import check_vocabulary, path_free_sha256, read_manifest, shard_paths
+    from runtime.ray_env import check_gpus_at_hand
 
+    if cfg.use_gpu:
+        check_gpus_at_hand(
+            "--use-gpu", cfg.gpus_per_worker, cfg.num_workers, "worker", "--num-workers, --gpus-per-worker"
+        )
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
     task = data_task(manifest)

@@ -1313,6 +1313,25 @@ def test_options_that_would_run_nothing_or_one_run_twice_are_refused_before_any_
     assert results.main([*argv, "--only", "efficiency", "--only", "trecqa/*"]) == 0  # the benchmark has its name
 
 
+def test_use_gpu_without_a_gpu_is_refused_once_not_by_every_run(tmp_path, capsys, monkeypatch):
+    """Each run's train.py refuses --use-gpu where no GPU can be had (it waited for ever); the runner says so once,
+    before any data step, rather than failing every run of the plan in turn."""
+    import torch
+
+    from experiments import results
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    argv = ["--dry-run", "--ledger", str(tmp_path / "ledger.json"), "--out", str(tmp_path / "out"), "--use-gpu"]
+    with pytest.raises(SystemExit) as refused:
+        results.main([*argv, "--lanes", "4", "--only", "wikiqa/minilm-gsamn"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert refused.value.code == 2 and "--use-gpu: one training run of 0.25 GPU (--lanes runs share it)" in err
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert results.main([*argv, "--only", "wikiqa/minilm-gsamn", "--skip-efficiency"]) == 0
+
+
 def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tree(tmp_path, monkeypatch, capsys):
     from experiments import results
 

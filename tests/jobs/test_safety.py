@@ -512,6 +512,39 @@ def test_nonsense_options_are_refused_before_any_work(tmp_path, tiny, capsys, jo
 
 
 @pytest.mark.parametrize(
+    "job, options, said",
+    [
+        ("train", ["--use-gpu"], "--use-gpu: one worker of 1 GPU (--num-workers, --gpus-per-worker) cannot be placed"),
+        ("train", ["--use-gpu", "--num-workers", "2", "--gpus-per-worker", "0.5"], "2 workers of 0.5 GPU each"),
+        ("score", ["--num-gpus-per-actor", "0.5"], "--num-gpus-per-actor: one actor of 0.5 GPU (--actors)"),
+        ("build_stackexchangeqa", ["--hard-negatives", "minilm", "--mine-gpus", "1"], "--mine-gpus: one mining task"),
+    ],
+)
+def test_a_gpu_option_where_no_gpu_can_be_had_is_refused_before_ray_starts(
+    tmp_path, tiny, capsys, monkeypatch, job, options, said
+):
+    """Measured on a machine without a GPU: train --use-gpu waited for ever, Ray Train's worker group timing out
+    and starting again every minute with a traceback; score and build waited until killed (Ray: "The job may hang
+    forever unless the cluster scales up"). Each passed --dry-run. A job run directly starts a local Ray with this
+    machine's GPUs, here none."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    valid = {
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs")],
+        "score": ["--checkpoint", _checkpoint(tmp_path / "checkpoint", tiny), "--input", tiny],
+        "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml")],
+    }[job]
+    output = [] if job == "train" else ["--output", str(tmp_path / "o")]
+    before = tree(tmp_path)
+    assert _exit_code(job, valid + output + options + ["--dry-run"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"{job}: error: ") and said in line and "this machine has none that CUDA sees" in line
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
     "urls, message",
     [
         ("# to crawl later\n\n", "no URL in it"),  # passed --dry-run; "nothing to build from" after Ray started

@@ -1,10 +1,14 @@
-"""Ports for the servers a private local Ray starts: free, and out of the way of what another Ray takes."""
+"""Ports for the servers a private local Ray starts: free, and out of the way of what another Ray takes; GPU
+requests that such a Ray could never place."""
 
 from __future__ import annotations
 
 import socket
 
+import pytest
+
 from runtime import ray_env
+from runtime.checks import UsageError
 
 
 def _bindable(port: int) -> bool:
@@ -48,3 +52,49 @@ def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch):
     monkeypatch.setattr(ray_env, "ephemeral_start", lambda: ray_env.RAY_WORKER_PORTS_END + 10)
     port = ray_env.free_port()
     assert _bindable(port)
+
+
+@pytest.mark.parametrize(
+    "gpus, per_unit, units, placed",
+    [
+        (0, 1.0, 1, False),
+        (0, 0.25, 1, False),
+        (1, 1.0, 1, True),
+        (1, 0.5, 2, True),  # two halves share the GPU
+        (1, 0.111, 9, True),  # the offline GPU runner's nine lanes
+        (1, 0.5, 3, False),
+        (2, 0.6, 3, False),  # 1.8 GPUs in all, but a GPU holds one 0.6 only
+        (3, 0.6, 3, True),
+        (2, 2.0, 1, True),  # more than one GPU: whole GPUs
+        (2, 1.5, 1, True),
+        (2, 1.5, 2, False),
+    ],
+)
+def test_a_gpu_request_is_refused_where_a_local_ray_could_never_place_it(monkeypatch, gpus, per_unit, units, placed):
+    """Measured before: train --use-gpu on a machine without a GPU waited for ever (Ray Train's worker group timed
+    out and started again every minute, a traceback each time); score --num-gpus-per-actor 1 and build
+    --mine-gpus 1 waited until killed. A local Ray has this machine's GPUs and no more."""
+    import torch
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    if placed:
+        ray_env.check_gpus_at_hand("--use-gpu", per_unit, units, "worker", "--num-workers, --gpus-per-worker")
+        return
+    with pytest.raises(UsageError) as refused:
+        ray_env.check_gpus_at_hand("--use-gpu", per_unit, units, "worker", "--num-workers, --gpus-per-worker")
+    said = str(refused.value)
+    assert said.startswith("--use-gpu: ") and "(--num-workers, --gpus-per-worker) cannot be placed" in said
+    assert (f"this machine has {gpus}," if gpus else "this machine has none that CUDA sees") in said
+
+
+def test_a_gpu_request_stands_on_a_cluster_which_may_add_gpu_nodes(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    ray_env.check_gpus_at_hand("--use-gpu", 1.0, 8, "worker")
+    monkeypatch.delenv("RAY_ADDRESS")
+    ray_env.check_gpus_at_hand("--mine-gpus", 0.0)  # no GPU asked for
+    with pytest.raises(UsageError, match=r"^--mine-gpus: one mining task of 1 GPU cannot be placed"):
+        ray_env.check_gpus_at_hand("--mine-gpus", 1.0, unit="mining task")
