@@ -263,7 +263,24 @@ def resolve_device(name: str = "auto") -> torch.device:
     """A --device value as a torch device: "auto" is a GPU where this process sees one, the CPU otherwise."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(name)
     return torch.device(name)
+
+
+def check_device(name: str, option: str = "--device") -> None:
+    """A GPU named that this process cannot use is refused with one line naming the option (torch said "Torch not
+    compiled with CUDA enabled" or "invalid device ordinal" once the model was loaded)."""
+    if name in ("auto", "cpu"):
+        return
+    index = torch.device(name).index or 0
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if index < count:
+        return
+    if not count:
+        raise UsageError(f"{option} {name}: this process sees no GPU (torch {torch.__version__}); use auto or cpu")
+    raise UsageError(
+        f"{option} {name}: this process sees {count} GPU{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})"
+    )
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

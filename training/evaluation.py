@@ -16,7 +16,7 @@ from pipelines.atomic import FileKind
 from pipelines.shards import read_manifest
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 from training.checkpoints import check_vocabulary_fits, load_checkpoint, resolve_checkpoint
-from training.config import TrainConfig, autocast_dtype, resolve_device
+from training.config import TrainConfig, autocast_dtype, check_device, resolve_device
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, to_device
 from training.progress import figure_cells
 
@@ -222,6 +222,7 @@ class EvaluateConfig:
         from pipelines.shards import tokenised_files
         from training.checkpoints import checkpoint_summary
 
+        check_device(self.device)
         if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
             raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
         checkpoint = resolve_checkpoint(self.checkpoint, self.which)

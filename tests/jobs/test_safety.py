@@ -545,6 +545,29 @@ def test_a_gpu_option_where_no_gpu_can_be_had_is_refused_before_ray_starts(
 
 
 @pytest.mark.parametrize(
+    "gpus, device, said",
+    [
+        (0, "cuda", "--device cuda: this process sees no GPU (torch "),
+        (2, "cuda:2", "--device cuda:2: this process sees 2 GPUs (cuda:0 to cuda:1)"),
+    ],
+)
+def test_evaluate_on_a_gpu_this_process_cannot_use_is_refused_before_the_checkpoint_loads(
+    tmp_path, tiny, capsys, monkeypatch, gpus, device, said
+):
+    """--device cuda on a machine without a GPU passed --dry-run; the run failed, exit 1, with torch's "Torch not
+    compiled with CUDA enabled", naming no option (a GPU index past the last: "invalid device ordinal")."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(gpus))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    argv = ["--checkpoint", _checkpoint(tmp_path / "checkpoint", tiny), "--data", tiny, "--dry-run"]
+    assert _exit_code("evaluate", [*argv, "--device", device]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("evaluate: error: ") and said in line
+    assert _exit_code("evaluate", [*argv, "--device", "cpu"]) == 0
+
+
+@pytest.mark.parametrize(
     "urls, message",
     [
         ("# to crawl later\n\n", "no URL in it"),  # passed --dry-run; "nothing to build from" after Ray started
