@@ -160,11 +160,11 @@ def main(argv=None) -> int:
         p.error(f"--lanes must be at least 1, got {args.lanes}")
     if args.use_gpu and not (args.report_only or args.prepare_only):  # each run's train.py would refuse it
         from runtime.checks import UsageError
-        from runtime.ray_env import check_gpus_at_hand
+        from runtime.ray_env import check_fits_local_ray
 
         try:
-            check_gpus_at_hand(
-                "--use-gpu", round(1 / args.lanes, 3), unit="training run", options="--lanes runs share it"
+            check_fits_local_ray(
+                "--use-gpu", unit="training run", options="--lanes runs share it", gpus=round(1 / args.lanes, 3)
             )
         except UsageError as error:
             p.error(str(error))

@@ -61,10 +61,8 @@ class ScoreConfig:
         import pyarrow.parquet as pq
 
         from qa_models import MODELS
-        from runtime.ray_env import check_gpus_at_hand
         from training.checkpoints import checkpoint_summary, resolve_checkpoint
 
-        check_gpus_at_hand("--num-gpus-per-actor", self.num_gpus_per_actor, self.actors or 1, "actor", "--actors")
         if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
             raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
         checkpoint = resolve_checkpoint(self.checkpoint, self.which)

@@ -366,9 +366,9 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
     spec = cfg.miner()
     if spec is not None:
         from pipelines.hard_negatives import check_miner
-        from runtime.ray_env import check_gpus_at_hand
+        from runtime.ray_env import check_fits_local_ray
 
-        check_gpus_at_hand("--mine-gpus", cfg.mine_gpus, unit="mining task")
+        check_fits_local_ray("--mine-gpus", unit="mining task", gpus=cfg.mine_gpus)
         check_miner(spec)
 
 

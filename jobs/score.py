@@ -79,7 +79,8 @@ def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
 
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
-    try:  # the checkpoint, every input file's columns and the output, before Ray starts
+    try:  # the actors fit the local Ray it starts; the checkpoint, every input file's columns and the output
+        check_actors_fit(cfg, args.num_cpus)
         checkpoint, files = cfg.check_inputs()
     except Exception as error:
         return fail("score", error)
@@ -98,6 +99,16 @@ def main(argv=None) -> int:
     print(f"scored {summary['rows']:,} rows into {summary['files']} files in {cfg.output}")
     print(json.dumps(summary))
     return 0
+
+
+def check_actors_fit(cfg: ScoreConfig, num_cpus: int | None) -> None:
+    """The pool's actors (--actors, else at least one) fit the local Ray a job run directly starts: Ray Data waited
+    for ever otherwise ("The job may hang forever unless the cluster scales up")."""
+    from runtime.ray_env import check_fits_local_ray
+
+    actors = cfg.actors or 1
+    check_fits_local_ray("--cpus-per-actor", actors, "actor", "--actors", cpus=cfg.cpus_per_actor, num_cpus=num_cpus)
+    check_fits_local_ray("--num-gpus-per-actor", actors, "actor", "--actors", gpus=cfg.num_gpus_per_actor)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,11 @@ def print_dev_figures(summary: dict) -> None:
 def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     from runtime.errors import fail
-    from training.trainer import check_run
+    from training.trainer import check_run, check_workers_fit
 
     try:  # every check a run makes before training, before Ray starts; --dry-run stops after them
         plan = check_run(cfg)
+        check_workers_fit(cfg, args.num_cpus)
         if args.test_output:
             from pipelines.atomic import check_output_file
             from pipelines.shards import tokenised_files

@@ -56,32 +56,62 @@ def add_local_ray_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_gpus_at_hand(option: str, per_unit: float, units: int = 1, unit: str = "task", options: str = "") -> None:
-    """Refuse, before Ray starts, a GPU request that the private local Ray of a job run directly could never meet:
-    Ray waits for the resources for ever (Ray Train's worker group times out and retries every minute; a Ray Data
-    actor or task that asks for a GPU never starts). `units` (workers, actors) of `per_unit` GPUs each, named by
-    `options`, must be placed at once (Ray
-    puts fractions of one GPU side by side on it, and more than one only as whole GPUs). On a cluster (RAY_ADDRESS)
-    the request stands: an autoscaler may add GPU nodes."""
-    if not per_unit or os.environ.get("RAY_ADDRESS"):
+def local_cpus(num_cpus: int | None = None) -> float:
+    """The CPUs of the private local Ray a job run directly starts: --num-cpus, else what Ray finds on this machine
+    (a container's CPU quota included)."""
+    if num_cpus:
+        return float(num_cpus)
+    from ray._private.utils import get_num_cpus  # Ray's own count, so the check and the instance agree
+
+    return float(get_num_cpus())
+
+
+def check_fits_local_ray(
+    option: str,
+    units: int = 1,
+    unit: str = "task",
+    options: str = "",
+    cpus: float = 0.0,
+    gpus: float = 0.0,
+    num_cpus: int | None = None,
+) -> None:
+    """Refuse, before Ray starts, a request that the private local Ray of a job run directly could never place:
+    Ray waits for the resources for ever (Ray Train's worker group times out and starts again every minute, a
+    traceback each time; a Ray Data actor or task that cannot be placed never starts). `units` (workers, actors) of
+    `cpus` CPUs and `gpus` GPUs each, named by `options`, must be placed at once: CPUs add up on the one node;
+    fractions of a GPU share one GPU, and more than one GPU is whole GPUs. On a cluster (RAY_ADDRESS) the request
+    stands: an autoscaler may add nodes."""
+    if os.environ.get("RAY_ADDRESS") or not (cpus or gpus):
         return
     import math
 
-    import torch
-
-    have = torch.cuda.device_count()  # what Ray finds on this node too: both read CUDA_VISIBLE_DEVICES
-    fits = units <= have * math.floor(1 / per_unit + 1e-9) if per_unit <= 1 else units * math.ceil(per_unit) <= have
-    if fits:
-        return
     from runtime.checks import UsageError
 
-    what = f"{units} {unit}s of {per_unit:g} GPU each" if units > 1 else f"one {unit} of {per_unit:g} GPU"
-    what += f" ({options})" if options else ""
-    found = f"this machine has {have}" if have else "this machine has none that CUDA sees"
-    raise UsageError(
-        f"{option}: {what} cannot be placed: {found}, and the local Ray the job starts would wait for them for "
-        "ever (leave the option out to run on the CPUs, or submit to a cluster with GPUs: RAY_ADDRESS)"
-    )
+    def each(amount: float, resource: str) -> str:
+        what = f"{units} {unit}s of {amount:g} {resource} each" if units > 1 else f"one {unit} of {amount:g} {resource}"
+        return what + (f" ({options})" if options else "")
+
+    if cpus:
+        have = local_cpus(num_cpus)
+        if units * cpus > have + 1e-9:
+            raise UsageError(
+                f"{option}: {each(cpus, 'CPU')} cannot be placed: the local Ray the job starts has {have:g} CPUs"
+                f"{' (--num-cpus)' if num_cpus else ' (every core of this machine)'}, and would wait for them for "
+                "ever (ask for fewer, or submit to a cluster: RAY_ADDRESS)"
+            )
+    if gpus:
+        import torch
+
+        have_gpus = torch.cuda.device_count()  # what Ray finds on this node too: both read CUDA_VISIBLE_DEVICES
+        per_gpu = math.floor(1 / gpus + 1e-9) if gpus <= 1 else 0
+        if (units <= have_gpus * per_gpu) if gpus <= 1 else (units * math.ceil(gpus) <= have_gpus):
+            return
+        found = f"this machine has {have_gpus}" if have_gpus else "this machine has none that CUDA sees"
+        raise UsageError(
+            f"{option}: {each(gpus, 'GPU')} cannot be placed: {found}, and the local Ray the job starts would wait "
+            "for them for ever (leave the option out to run on the CPUs, or submit to a cluster with GPUs: "
+            "RAY_ADDRESS)"
+        )
 
 
 def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
@@ -110,6 +140,27 @@ def local_ray_env(num_cpus: int | None = None) -> dict[str, str]:
 def worker_env() -> dict[str, str]:
     """WORKER_ENV less what this process's environment (for a submitted job, its runtime env) already sets."""
     return {k: v for k, v in WORKER_ENV.items() if k not in os.environ}
+
+
+def check_ray_address(address: str, timeout: float = 10.0) -> None:
+    """A RAY_ADDRESS (HOST:PORT, or ray://HOST:PORT) at which nothing answers is refused in one line naming it:
+    `ray.init` retried it for ever, a warning every 40 s (measured: RAY_ADDRESS=127.0.0.1:1, still waiting when
+    killed after 200 s), as after a cluster was taken down and the variable left set. Other forms (auto, an
+    HTTP address) are Ray's to read."""
+    target = address[len("ray://") :] if address.startswith("ray://") else address
+    host, _, port = target.rpartition(":")
+    if "://" in target or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as error:
+        from runtime.checks import UsageError
+
+        raise UsageError(
+            f"RAY_ADDRESS={address}: no Ray cluster answers there ({error.strerror or error}); start it "
+            "(infra/local_cluster.py up), or unset RAY_ADDRESS to run on a local Ray of this machine"
+        ) from None
 
 
 def init_local_ray(**kwargs) -> None:
@@ -274,6 +325,7 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
         # "Found multiple active Ray instances" beside another Ray on the machine, every second
         kwargs: dict = {"include_dashboard": state_api, **({"logging_level": logging.WARNING} if quiet else {})}
         if os.environ.get("RAY_ADDRESS"):
+            check_ray_address(os.environ["RAY_ADDRESS"])
             # Ray merges this with the submitted job's runtime env; worker_env() leaves out what the job set,
             # so the two never conflict.
             ray.init(

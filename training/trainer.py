@@ -71,6 +71,26 @@ class RunPlan:
     damaged_latest: str | None = None  # Ray Train's latest checkpoint, where it is damaged
 
 
+def worker_cpus(cfg: TrainConfig, cpus: float) -> float:
+    """The CPUs each training worker reserves on a cluster of `cpus`: --cpus-per-worker, else a share that leaves
+    Ray Data's reads a CPU (a quarter at least, four at most)."""
+    return cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
+
+
+def check_workers_fit(cfg: TrainConfig, num_cpus: int | None = None) -> None:
+    """The workers fit the local Ray a job run directly starts (--num-cpus, else every core; this machine's GPUs):
+    Ray Train waited for ever otherwise, its worker group timing out and starting again every minute."""
+    from runtime.ray_env import check_fits_local_ray, local_cpus
+
+    options = "--num-workers, --cpus-per-worker"
+    cpus = worker_cpus(cfg, local_cpus(num_cpus))
+    option = "--cpus-per-worker" if cfg.cpus_per_worker else "--num-workers"
+    check_fits_local_ray(option, cfg.num_workers, "worker", options, cpus=cpus, num_cpus=num_cpus)
+    if cfg.use_gpu:
+        options = "--num-workers, --gpus-per-worker"
+        check_fits_local_ray("--use-gpu", cfg.num_workers, "worker", options, gpus=cfg.gpus_per_worker)
+
+
 def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     """Everything a run would refuse before training, checked without Ray: the data (manifest, splits, shards
     against the manifest, rows enough for the workers), word vectors, --init-from, the model configuration, and
@@ -78,12 +98,7 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     refused; a damaged latest checkpoint is reported and the newest intact one chosen; a checkpoint of another
     model or configuration, or of other data or another start, is refused)."""
     from pipelines.shards import check_vocabulary, path_free_sha256, read_manifest, shard_paths
-    from runtime.ray_env import check_gpus_at_hand
 
-    if cfg.use_gpu:
-        check_gpus_at_hand(
-            "--use-gpu", cfg.gpus_per_worker, cfg.num_workers, "worker", "--num-workers, --gpus-per-worker"
-        )
     manifest = read_manifest(cfg.data)
     check_data_fits_model(cfg, manifest)
     task = data_task(manifest)
@@ -273,7 +288,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     init_from, pretrained = plan.init_from, plan.pretrained
 
     cpus = float(ray.cluster_resources().get("CPU", 1))
-    per_worker = cfg.cpus_per_worker or max(0.25, min(4.0, (cpus - 1) / cfg.num_workers))
+    per_worker = worker_cpus(cfg, cpus)
     resources = {"CPU": per_worker}
     # The workers' Ray Data reads need a CPU of their own; where the workers reserve the whole cluster (one worker
     # with every core of a laptop) the reads reserve none rather than wait forever, and share the workers' cores.

@@ -410,6 +410,33 @@ def test_tokenize_a_malformed_tsv_row_fails_in_one_line(tmp_path, shared_data):
     assert not (output / "manifest.json").exists()
 
 
+def test_a_job_refuses_a_ray_address_where_no_cluster_answers(tmp_path):
+    """A RAY_ADDRESS left set after its cluster was taken down: the job waited for it for ever (ray.init retrying,
+    a warning every 40 s); now one line, exit 2, before anything is written."""
+    import socket
+
+    from tests.conftest import make_tokenised
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    data = make_tokenised(tmp_path / "data")
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", data],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, RAY_ADDRESS=address),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert _last_line(result) == (
+        f"train: error: RAY_ADDRESS={address}: no Ray cluster answers there (Connection refused); start it "
+        "(infra/local_cluster.py up), or unset RAY_ADDRESS to run on a local Ray of this machine"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
 @pytest.mark.slow
 def test_train_on_a_missing_manifest_or_an_unknown_model_fails_in_one_line(tmp_path):
     result = _job("train.py", "--model", "gsamn", "--data", str(tmp_path), "--storage-path", str(tmp_path / "r"))

@@ -545,6 +545,43 @@ def test_a_gpu_option_where_no_gpu_can_be_had_is_refused_before_ray_starts(
 
 
 @pytest.mark.parametrize(
+    "job, options, said",
+    [
+        ("train", ["--cpus-per-worker", "3"], "--cpus-per-worker: one worker of 3 CPU (--num-workers, --cpus-per-"),
+        ("train", ["--num-workers", "9"], "--num-workers: 9 workers of 0.25 CPU each"),  # the smallest share
+        ("score", ["--cpus-per-actor", "3"], "--cpus-per-actor: one actor of 3 CPU (--actors) cannot be placed"),
+        ("score", ["--actors", "3"], "--cpus-per-actor: 3 actors of 1 CPU each (--actors) cannot be placed"),
+    ],
+)
+def test_workers_or_actors_beyond_the_local_rays_cpus_are_refused_before_it_starts(
+    tmp_path, tiny, capsys, monkeypatch, job, options, said
+):
+    """Measured under a local Ray of 2 CPUs: train --cpus-per-worker 3 waited for ever, as --use-gpu without a GPU
+    did (its worker group timing out and starting again every minute); score --cpus-per-actor 3 waited until
+    killed. Each passed --dry-run."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    valid = {
+        "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs")],
+        "score": [
+            "--checkpoint",
+            _checkpoint(tmp_path / "checkpoint", tiny),
+            "--input",
+            tiny,
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    }[job]
+    before = tree(tmp_path)
+    assert _exit_code(job, [*valid, *options, "--num-cpus", "2", "--dry-run"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"{job}: error: ") and said in line
+    assert "the local Ray the job starts has 2 CPUs (--num-cpus)" in line
+    assert tree(tmp_path) == before
+    assert _exit_code(job, [*valid, *options, "--num-cpus", "12", "--dry-run"]) == 0  # 12 CPUs hold them
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
     "gpus, device, said",
     [
         (0, "cuda", "--device cuda: this process sees no GPU (torch "),

@@ -78,23 +78,75 @@ def test_a_gpu_request_is_refused_where_a_local_ray_could_never_place_it(monkeyp
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    options = "--num-workers, --gpus-per-worker"
     if placed:
-        ray_env.check_gpus_at_hand("--use-gpu", per_unit, units, "worker", "--num-workers, --gpus-per-worker")
+        ray_env.check_fits_local_ray("--use-gpu", units, "worker", options, gpus=per_unit)
         return
     with pytest.raises(UsageError) as refused:
-        ray_env.check_gpus_at_hand("--use-gpu", per_unit, units, "worker", "--num-workers, --gpus-per-worker")
+        ray_env.check_fits_local_ray("--use-gpu", units, "worker", options, gpus=per_unit)
     said = str(refused.value)
     assert said.startswith("--use-gpu: ") and "(--num-workers, --gpus-per-worker) cannot be placed" in said
     assert (f"this machine has {gpus}," if gpus else "this machine has none that CUDA sees") in said
 
 
-def test_a_gpu_request_stands_on_a_cluster_which_may_add_gpu_nodes(monkeypatch):
+@pytest.mark.parametrize(
+    "num_cpus, per_unit, units, placed",
+    [
+        (2, 1.0, 2, True),
+        (2, 2.0, 1, True),
+        (2, 3.0, 1, False),
+        (2, 0.25, 9, False),
+        (4, 0.25, 9, True),
+        (None, 3, 1, None),
+    ],
+)
+def test_a_cpu_request_is_refused_where_a_local_ray_could_never_place_it(
+    monkeypatch, num_cpus, per_unit, units, placed
+):
+    """Measured before: train --cpus-per-worker 3 under a local Ray of 2 CPUs waited for ever, as --use-gpu did.
+    Without --num-cpus the local Ray has what Ray counts on this machine."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if placed is None:  # every core: as Ray counts them
+        from ray._private.utils import get_num_cpus
+
+        assert ray_env.local_cpus(None) == get_num_cpus()
+        placed = per_unit * units <= get_num_cpus()
+    check = {"cpus": per_unit, "num_cpus": num_cpus}
+    if placed:
+        ray_env.check_fits_local_ray("--cpus-per-worker", units, "worker", "--num-workers, --cpus-per-worker", **check)
+        return
+    with pytest.raises(UsageError) as refused:
+        ray_env.check_fits_local_ray("--cpus-per-worker", units, "worker", "--num-workers, --cpus-per-worker", **check)
+    said = str(refused.value)
+    assert said.startswith("--cpus-per-worker: ") and "CPU" in said and "cannot be placed" in said
+    have = f"{num_cpus:g} CPUs (--num-cpus)" if num_cpus else f"{ray_env.local_cpus():g} CPUs (every core of this"
+    assert f"the local Ray the job starts has {have}" in said
+
+
+def test_a_request_stands_on_a_cluster_which_may_add_nodes(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    ray_env.check_gpus_at_hand("--use-gpu", 1.0, 8, "worker")
+    ray_env.check_fits_local_ray("--use-gpu", 8, "worker", gpus=1.0, cpus=64.0)
     monkeypatch.delenv("RAY_ADDRESS")
-    ray_env.check_gpus_at_hand("--mine-gpus", 0.0)  # no GPU asked for
+    ray_env.check_fits_local_ray("--mine-gpus", gpus=0.0)  # nothing asked for
     with pytest.raises(UsageError, match=r"^--mine-gpus: one mining task of 1 GPU cannot be placed"):
-        ray_env.check_gpus_at_hand("--mine-gpus", 1.0, unit="mining task")
+        ray_env.check_fits_local_ray("--mine-gpus", unit="mining task", gpus=1.0)
+
+
+def test_a_ray_address_where_nothing_answers_is_named_at_once():
+    """ray.init retried RAY_ADDRESS=127.0.0.1:1 for ever, a warning every 40 s (a cluster taken down, the variable
+    left set); nothing listening there is one line naming it."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(UsageError, match=rf"^RAY_ADDRESS={address}: no Ray cluster answers there"):
+            ray_env.check_ray_address(address)
+    with socket.socket() as listening:  # what a cluster's GCS (or Ray Client server) does: accept connections
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        ray_env.check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
+    for address in ("auto", "http://127.0.0.1:1", "local"):  # Ray's to read: it names these at once itself
+        ray_env.check_ray_address(address)
