@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.schemas import TOKENISED_PAIRS
 from pipelines.vocabulary import Vocabulary
 from runtime.blas import BLAS_KERNEL_CHOICES, cpu_flags, kernels_for, pin_openblas_kernels
 from tests.conftest import REPO
@@ -66,14 +67,11 @@ def _corpus(folder) -> str:
     Vocabulary(words).save(str(folder / "vocab.json"))
     questions = [[4 + (i * 7 + j * 3) % 40 for j in range(8)] for i in range(20)]
     answers = [[4 + (i * 5 + j * 11) % 40 for j in range(8)] for i in range(20)]
-    table = pa.table(
-        {
-            "qid": [f"q{i}" for i in range(20)],
-            "question_ids": pa.array(questions, pa.list_(pa.int32())),
-            "answer_ids": pa.array(answers, pa.list_(pa.int32())),
-        }
-    )
-    pq.write_table(table, folder / "train" / "part-0.parquet")
+    rows = [
+        {"qid": f"q{i}", "aid": f"a{i}", "label": 1, "question": "", "answer": "", "question_ids": q, "answer_ids": a}
+        for i, (q, a) in enumerate(zip(questions, answers))
+    ]  # the columns jobs/tokenize_corpora.py writes; the vectors read the ids alone
+    pq.write_table(pa.Table.from_pylist(rows, TOKENISED_PAIRS), folder / "train" / "part-0.parquet")
     manifest = {"schema": "tokenised_pairs", "splits": {"train": {"files": [{"path": "train/part-0.parquet"}]}}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return str(folder)
