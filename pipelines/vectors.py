@@ -227,10 +227,10 @@ def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.
     from qa_models.encoders import resolve_encoder
 
     path = resolve_encoder(cfg.encoder)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)  # never the Hub, as every encoder here
     if not tokenizer.is_fast:
         raise VectorsError(f"{path}: a fast tokenizer is needed to map word pieces back to words")
-    model = AutoModel.from_pretrained(path).eval()
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
     dim = model.config.hidden_size
     index = {w: i for i, w in enumerate(words)}
     sums = np.zeros((len(words), dim), dtype=np.float64)
