@@ -219,7 +219,7 @@ class EvaluateConfig:
         against their checksums), the data's manifest and split, and an --output that would replace an input.
         Returns the checkpoint to score."""
         from pipelines.atomic import check_output_file
-        from pipelines.shards import tokenised_files
+        from pipelines.shards import shard_paths, tokenised_files
         from training.checkpoints import checkpoint_summary
 
         check_device(self.device)
@@ -234,6 +234,7 @@ class EvaluateConfig:
                 f"{', '.join(sorted(manifest.get('splits', {})))})"
             )
         check_vocabulary_fits(summary, manifest, self.data, checkpoint, "the checkpoint's")
+        shard_paths(self.data, self.split)  # its shards are there, whole, as the manifest lists them
         if self.output:
             check_output_file(
                 self.output,
@@ -299,7 +300,7 @@ class ZeroShotConfig:
     def check_inputs(self) -> None:
         """The data's manifest and split, the encoder, and an --output that would replace an input."""
         from pipelines.atomic import check_output_file
-        from pipelines.shards import tokenised_files
+        from pipelines.shards import shard_paths, tokenised_files
         from qa_models.encoders import require_encoder
 
         manifest = read_manifest(self.data)
@@ -310,6 +311,7 @@ class ZeroShotConfig:
                 f"--split {self.split}: {self.data} has no such split (it has "
                 f"{', '.join(sorted(manifest.get('splits', {})))})"
             )
+        shard_paths(self.data, self.split)
         try:
             require_encoder(self.encoder_path, self.max_len)
         except (ImportError, FileNotFoundError, ValueError) as error:

@@ -260,6 +260,22 @@ def test_word_vectors_dry_run_finds_a_data_folder_the_run_cannot_read(tmp_path, 
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("job", ["evaluate", "zero_shot"])
+def test_scoring_a_split_whose_shard_is_missing_or_cut_short_fails_its_dry_run(tmp_path, capsys, job):
+    """--dry-run read the manifest but not the split's shards: it passed, and the run then stopped on them."""
+    data = make_tokenised(tmp_path / "data")
+    argv = ["--data", data, "--dry-run"]
+    argv += ["--checkpoint", _checkpoint(tmp_path / "checkpoint", data)] if job == "evaluate" else []
+    shard = tmp_path / "data" / "test" / "part-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    assert _exit_code(job, argv) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"{job}: error: ") and f"{shard}: " in line and "bytes, the manifest says" in line
+    os.remove(shard)
+    assert _exit_code(job, argv) == 1
+    assert f"{shard}: listed in {data}/manifest.json but missing" in capsys.readouterr().err
+
+
 def test_a_checkpoint_is_not_scored_on_data_of_another_vocabulary_of_its_size(tmp_path, tiny, capsys):
     """Word ids mean words only under the vocabulary they were made with: the same size (two vocabularies capped
     by --max-vocab) is no proof, so evaluate.py compares the vocabularies' sha256 as --init-from does."""
