@@ -88,7 +88,8 @@ def check_fits_local_ray(
     from runtime.checks import UsageError
 
     def each(amount: float, resource: str) -> str:
-        what = f"{units} {unit}s of {amount:g} {resource} each" if units > 1 else f"one {unit} of {amount:g} {resource}"
+        asked = f"{amount:g} {resource}{'s' if amount > 1 else ''}"
+        what = f"{units} {unit}s of {asked} each" if units > 1 else f"one {unit} of {asked}"
         return what + (f" ({options})" if options else "")
 
     if cpus:
@@ -103,8 +104,11 @@ def check_fits_local_ray(
         import torch
 
         have_gpus = torch.cuda.device_count()  # what Ray finds on this node too: both read CUDA_VISIBLE_DEVICES
-        per_gpu = math.floor(1 / gpus + 1e-9) if gpus <= 1 else 0
-        if (units <= have_gpus * per_gpu) if gpus <= 1 else (units * math.ceil(gpus) <= have_gpus):
+        if gpus <= 1:  # as many units on a GPU as whole fractions fit in it
+            placed = units <= have_gpus * math.floor(1 / gpus + 1e-9)
+        else:
+            placed = units * math.ceil(gpus) <= have_gpus
+        if placed:
             return
         found = f"this machine has {have_gpus}" if have_gpus else "this machine has none that CUDA sees"
         raise UsageError(

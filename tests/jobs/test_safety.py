@@ -563,9 +563,9 @@ def test_a_gpu_option_where_no_gpu_can_be_had_is_refused_before_ray_starts(
 @pytest.mark.parametrize(
     "job, options, said",
     [
-        ("train", ["--cpus-per-worker", "3"], "--cpus-per-worker: one worker of 3 CPU (--num-workers, --cpus-per-"),
+        ("train", ["--cpus-per-worker", "3"], "--cpus-per-worker: one worker of 3 CPUs (--num-workers, --cpus-per-"),
         ("train", ["--num-workers", "9"], "--num-workers: 9 workers of 0.25 CPU each"),  # the smallest share
-        ("score", ["--cpus-per-actor", "3"], "--cpus-per-actor: one actor of 3 CPU (--actors) cannot be placed"),
+        ("score", ["--cpus-per-actor", "3"], "--cpus-per-actor: one actor of 3 CPUs (--actors) cannot be placed"),
         ("score", ["--actors", "3"], "--cpus-per-actor: 3 actors of 1 CPU each (--actors) cannot be placed"),
     ],
 )
