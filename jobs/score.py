@@ -102,13 +102,13 @@ def main(argv=None) -> int:
 
 
 def check_actors_fit(cfg: ScoreConfig, num_cpus: int | None) -> None:
-    """The pool's actors (--actors, else at least one) fit the local Ray a job run directly starts: Ray Data waited
-    for ever otherwise ("The job may hang forever unless the cluster scales up")."""
+    """One actor of the pool fits the local Ray a job run directly starts: Ray Data waited for ever otherwise ("The
+    job may hang forever unless the cluster scales up"). More --actors than fit is no refusal: the pool scores with
+    those it can place (measured: --actors 3 under --num-cpus 2 scored every row)."""
     from runtime.ray_env import check_fits_local_ray
 
-    actors = cfg.actors or 1
-    check_fits_local_ray("--cpus-per-actor", actors, "actor", "--actors", cpus=cfg.cpus_per_actor, num_cpus=num_cpus)
-    check_fits_local_ray("--num-gpus-per-actor", actors, "actor", "--actors", gpus=cfg.num_gpus_per_actor)
+    check_fits_local_ray("--cpus-per-actor", unit="actor", cpus=cfg.cpus_per_actor, num_cpus=num_cpus)
+    check_fits_local_ray("--num-gpus-per-actor", unit="actor", gpus=cfg.num_gpus_per_actor)
 
 
 if __name__ == "__main__":
