@@ -6,6 +6,7 @@ pretrained sentence encoder as an untrained bi-encoder."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -211,7 +212,7 @@ class EvaluateConfig:
         if self.eval_policy is not None:
             one_of("--eval-policy", self.eval_policy, ("clean", "strict", "raw"))
         integer_at_least("--batch-size", self.batch_size, 1, allow_none=True)
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+        if not (self.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", self.device)):
             raise UsageError(f"--device must be auto, cpu, cuda or cuda:N; got {self.device!r}")
 
     def check_inputs(self) -> str:

@@ -479,6 +479,8 @@ NONSENSE = [
     ("word_vectors", ["--min-n", "4", "--max-n", "3"], "--max-n must be at least 4"),
     ("evaluate", ["--batch-size", "0"], "--batch-size must be at least 1"),
     ("evaluate", ["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+    # torch's "Invalid device string: 'cuda:x'" came after the checkpoint had loaded, exit 1 with a traceback log
+    ("evaluate", ["--device", "cuda:x"], "--device must be auto, cpu, cuda or cuda:N; got 'cuda:x'"),
     ("zero_shot", ["--batch-size", "0"], "--batch-size must be at least 1"),
     ("score", ["--batch-size", "0"], "--batch-size must be at least 1"),
     ("score", ["--actors", "0"], "--actors must be at least 1"),
