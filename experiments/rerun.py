@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import difflib
 import functools
 import io
 import json
@@ -533,8 +534,11 @@ def main(argv=None) -> int:
         say(f"drew {name} of {eligible} records that can re-run here (--seed {seed})")
     else:
         name = args.record
-        if name not in ledger.records or ":" in name:
-            raise RerunRefused(f"--record {name}: not a run of {args.ledger}")
+        if name not in ledger.records or ":" in name:  # a typo: a usage error, with the nearest names
+            runs = [key for key in ledger.records if ":" not in key]
+            near = difflib.get_close_matches(name, runs, n=3, cutoff=0.8)
+            hint = f"did you mean {' or '.join(near)}?" if near else "the page's 'Every run' lists them"
+            p.error(f"--record {name}: not a run of {args.ledger} ({hint})")
     known = data_identities(ledger.records.values())
     check = rerun(name, ledger.records[name], args.out, args.tolerance, args.other_cpu, known)
     if drawn:

@@ -149,6 +149,19 @@ def test_a_ledger_that_is_missing_or_not_a_ledger_is_named_in_one_line(tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["results.md"]
 
 
+def test_a_record_name_that_is_not_in_the_ledger_is_a_usage_error_naming_the_nearest(tmp_path, capsys):
+    # it was exit 1, "not a run of LEDGER", with no hint of the name meant
+    for name, hint in (
+        ("full-trecqa-qrnn-sed2", "did you mean full-trecqa-qrnn-seed2"),
+        ("nosuch", "the page's 'Every run' lists them"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            rerun.main(["--record", name, "--no-record", "--out", str(tmp_path / "rerun")])
+        error = capsys.readouterr().err
+        assert refused.value.code == 2 and f"--record {name}: not a run of" in error and hint in error
+    assert not os.listdir(tmp_path)
+
+
 @needs_git
 def test_a_draw_is_repeatable_and_only_among_records_that_can_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(rerun, "cuda_here", lambda: False)
