@@ -30,7 +30,7 @@ from pipelines.readers.insuranceqa import insuranceqa_files, read_insuranceqa
 from pipelines.readers.passages import (
     PASSAGE_READERS,
     quasart_files,
-    searchqa_sources,
+    searchqa_splits,
     squad_files,
     wikihop_files,
 )
@@ -50,8 +50,9 @@ READERS = {
 
 
 def splits_at(dataset: str, path: str, clean: bool = True, quasart_contexts: str = "short") -> list[str]:
-    """The splits `dataset`'s reader would read at `path`, found from the files' names alone (no file is read):
-    what jobs/tokenize_corpora.py checks before any work. FileNotFoundError or ReaderError names what is missing."""
+    """The splits `dataset`'s reader would read at `path`, found from the files' names (SearchQA's per-question
+    layout, which any folder of .json files matches, also from its first files' contents): what
+    jobs/tokenize_corpora.py checks before any work. FileNotFoundError or ReaderError names what is missing."""
     if dataset == "stackexchangeqa":  # our own build: {train,dev,test}/*.parquet
         return [split for split in ("train", "dev", "test") if os.path.isdir(os.path.join(path, split))]
     locate: dict[str, Callable[[], Mapping[str, object]]] = {
@@ -60,7 +61,7 @@ def splits_at(dataset: str, path: str, clean: bool = True, quasart_contexts: str
         "semeval-ql": lambda: {semeval_split_of(file) or "train": file for file in semeval_files(path)},
         "insuranceqa": lambda: insuranceqa_files(path)[2],
         "yahooqa": lambda: yahooqa_files(path),
-        "searchqa": lambda: searchqa_sources(path)[1],
+        "searchqa": lambda: searchqa_splits(path),
         "quasart": lambda: quasart_files(path, quasart_contexts),
         "wikihop": lambda: wikihop_files(path),
         "squad": lambda: squad_files(path),

@@ -84,6 +84,44 @@ def searchqa_sources(path: str) -> tuple[str, dict[str, str]]:
     return "json", folders
 
 
+def _not_a_searchqa_question(file: str) -> str:
+    """What `file` holds instead of one SearchQA question (an object with a 'search_results' list), in words: "it
+    holds data, version" (its keys), "it holds a JSON list", "it is not valid JSON"; "" where it is one."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            item = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return "it is not valid JSON"
+    if not isinstance(item, dict):
+        return f"it holds a JSON {type(item).__name__}"
+    if isinstance(item.get("search_results"), list):
+        return ""
+    return f"it holds {', '.join(sorted(map(str, item))[:6]) or 'an empty object'}"
+
+
+def check_searchqa_json(folders: dict[str, str], sample: int = 3) -> None:
+    """Any folder of .json files passes for the per-question layout by name, so a few files of each split are
+    read: where none of the first `sample` is a SearchQA question (a SQuAD folder named as SearchQA), ReaderError
+    names the first and what it holds. One bad file among good ones is left to the reader (--skip-bad-records)."""
+    for folder in folders.values():
+        files = sorted(glob.glob(os.path.join(folder, "*.json")))[:sample]
+        found = [_not_a_searchqa_question(file) for file in files]
+        if files and all(found):
+            others = f", nor is any of the first {len(files)} .json files of {folder}" if len(files) > 1 else ""
+            raise ReaderError(
+                f"{files[0]}: not a SearchQA question file (an object with 'question', 'answer' and a "
+                f"'search_results' list; {found[0]}){others}; is --input another set's folder?"
+            )
+
+
+def searchqa_splits(path: str) -> dict[str, str]:
+    """`searchqa_sources`' splits, the per-question layout's checked by content (`check_searchqa_json`)."""
+    layout, sources = searchqa_sources(path)
+    if layout == "json":
+        check_searchqa_json(sources)
+    return sources
+
+
 def read_searchqa(path: str, clean: bool = True, on_error: str = "raise") -> Corpus:
     """SearchQA (Dunn et al. 2017), either layout the authors published:
     - processed `{train,val,test}.txt` (plain or .gz), one question per line, `<s> snippet </s> <s> ... ||| question

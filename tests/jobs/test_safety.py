@@ -757,6 +757,37 @@ def test_an_input_without_the_files_its_dataset_needs_is_named_before_ray_starts
     assert sorted(os.listdir(tmp_path)) == ["input"]
 
 
+def test_another_sets_json_named_as_searchqa_is_refused_by_content_before_ray_starts(tmp_path, capsys):
+    """A SQuAD folder passed as SearchQA's per-question layout: its .json name matched, so --dry-run passed and the
+    run failed after starting; now the first files are read first. A folder with one bad file among SearchQA's is
+    left to the reader, which names it (or skips it with --skip-bad-records)."""
+    squad = tmp_path / "squad"
+    squad.mkdir()
+    (squad / "dev-v1.1.first1article.json").write_text(json.dumps({"data": [], "version": "1.1"}))
+    argv = ["--dataset", "searchqa", "--input", str(squad), "--output", str(tmp_path / "out"), "--dry-run"]
+    assert _exit_code("tokenize_corpora", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"--input {squad}/dev-v1.1.first1article.json: not a SearchQA question file (an object with 'question', "
+        "'answer' and a 'search_results' list; it holds data, version); is --input another set's folder?"
+    ), err
+    (squad / "dev-v1.1.json").write_text("")
+    (squad / "train-v1.1.json").write_text("[]")
+    assert _exit_code("tokenize_corpora", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--input {squad}/dev-v1.1.first1article.json: not a SearchQA question file" in err, err
+    assert f"; it holds data, version), nor is any of the first 3 .json files of {squad}; is" in err, err
+    searchqa = tmp_path / "searchqa" / "train"
+    searchqa.mkdir(parents=True)
+    (searchqa / "0-bad.json").write_text("[]")
+    (searchqa / "1.json").write_text(
+        json.dumps({"question": "q", "answer": "a", "search_results": [{"snippet": "a b"}]})
+    )
+    argv = ["--dataset", "searchqa", "--input", str(searchqa.parent), "--output", str(tmp_path / "out"), "--dry-run"]
+    assert _exit_code("tokenize_corpora", argv) == 0
+    assert not (tmp_path / "out").exists()
+
+
 def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
     from pipelines.stackexchangeqa import BuildConfig
     from pipelines.tokenize import TokenizeConfig
