@@ -110,10 +110,13 @@ def plot_transfer_curve(
     fit: tuple[float, float] | None,
     path: str,
     band: tuple | None = None,
+    baseline: tuple[float, float, float] | None = None,
 ):
     """WikiQA test MAP against pretraining pairs (log scale): ours with 95% intervals, `points` as (pairs, MAP,
     low, high, label); the paper's (pairs, MAP) with BERT-base; `fit` (a, b) of MAP = a + b log10(pairs), drawn
-    through ours and on to the paper's corpus size, with `band` (pairs, lows, highs), its 95% interval, shaded."""
+    through ours and on to the paper's corpus size, with `band` (pairs, lows, highs), its 95% interval, shaded;
+    `baseline` (MAP, low, high), the same model without pretraining, as a level line across (no pairs has no place
+    on a log axis)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,10 +141,14 @@ def plot_transfer_curve(
         ax.plot(xs, fit[0] + fit[1] * np.log10(xs), "--", color="gray", linewidth=0.8, label="log-linear fit, extended")
     if band is not None:
         ax.fill_between(*band, color="gray", alpha=0.15, linewidth=0, label="the fit's 95% interval")
+    if baseline is not None:
+        label = "no pretraining (ours, 95% interval shaded)"
+        ax.axhline(baseline[0], color="tab:orange", linestyle=":", linewidth=1.2, label=label)
+        ax.axhspan(baseline[1], baseline[2], color="tab:orange", alpha=0.08, linewidth=0)
     ax.set_xscale("log")
     ax.set_xlabel("pretraining pairs (ours: the train split; the paper: its whole corpus)")
     ax.set_ylabel("WikiQA test MAP")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -56,6 +56,7 @@ from experiments.rows import (
     OUR_COMPARISONS,
     ROWS,
     TRANSFER_AIMS,
+    TRANSFER_BASELINE,
     TRANSFER_CURVE,
     TRANSFER_MINED,
     scale_needs,
@@ -559,12 +560,25 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         "its own seed. Each corpus is pretrained on for one pass at 128 pairs a step, cut to fit a GPU call (a "
         "device machine keeps no checkpoint from one session to the next), so the larger corpora are also trained "
         "for more steps, and none to convergence. "
-        "Pairs are the build's train split (its data record in the ledger). The paper pretrained "
+        "Pairs are the build's train split (its data record in the ledger). The first row is the same model "
+        "fine-tuned on WikiQA alone, where the curve starts (a level line in the figure: no pairs has no place on "
+        "its log axis). The paper pretrained "
         f"BERT-base on all of Stack Exchange ({paper_pairs:,} pairs) and reports 0.857.",
         "",
         "| corpus | sites | negatives | train pairs | seeds | WikiQA test MAP | 95% interval |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
+    baseline = None  # (MAP, low, high) of the same model without pretraining, the curve's reference level
+    if TRANSFER_BASELINE in by_id and row_records(by_id[TRANSFER_BASELINE], ledger):
+        row = by_id[TRANSFER_BASELINE]
+        mean, interval = row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
+        mark = EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else ""
+        lines.append(
+            f"| none: WikiQA alone ({row.label}){mark} | - | - | 0 | {len(row_records(row, ledger))} | "
+            f"{cell(mean) if mean else 'not run'} | {interval} |"
+        )
+        if mean and interval.startswith("["):
+            baseline = (mean[0], *(float(x) for x in interval.strip("[]").split(", ")))
     points, point_questions = [], []
     for key, sites, row_id in curve:
         row = by_id[row_id]
@@ -613,7 +627,9 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         lines += aims_lines(by_id, ledger, line, max(p[0] for p in points))
     if points:
         os.makedirs(figures_dir, exist_ok=True)
-        plot_transfer_curve(points, (paper_pairs, 0.857), fit, os.path.join(figures_dir, "transfer_curve.png"), band)
+        plot_transfer_curve(
+            points, (paper_pairs, 0.857), fit, os.path.join(figures_dir, "transfer_curve.png"), band, baseline
+        )
         lines += ["", "![WikiQA test MAP against pretraining pairs](results/transfer_curve.png)"]
     return lines + [""]
 

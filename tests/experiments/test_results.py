@@ -1410,15 +1410,21 @@ def test_the_reports_own_outputs_do_not_make_the_code_dirty(tmp_path, monkeypatc
     assert runner.git_commit() == clean + "-dirty"
 
 
-def _transfer_curve_ledger(path, levels, seed=1):
+def _transfer_curve_ledger(path, levels, seed=1, baseline=None):
     """A ledger holding the curve's three builds (4k, 30k, 94k train pairs) and three fine-tuning seeds a point,
-    each with per-question AP around the point's level on the same 80 questions."""
+    each with per-question AP around the point's level on the same 80 questions; with `baseline`, three seeds of
+    the model without pretraining at that level."""
     import numpy as np
 
     by_id = {r.id: r for r in table.ROWS}
     ledger = runner.Ledger(str(path))
     rng = np.random.default_rng(seed)
     questions = [f"Q{i}" for i in range(80)]
+    own = np.random.default_rng(seed + 100)  # the points' draws stay as they are without a baseline
+    for seed in range(3) if baseline is not None else ():
+        values = {q: float(np.clip(baseline + own.normal(0, 0.05), 0, 1)) for q in questions}
+        record = _record(table.TRANSFER_BASELINE, seed, {"map": float(np.mean(list(values.values())))}, "full")
+        ledger.add(runner.run_name(by_id[table.TRANSFER_BASELINE], seed, "full"), _with_questions(record, values))
     for (key, _, row_id), pairs, level in zip(table.TRANSFER_CURVE, (4_000, 30_000, 94_000), levels):
         ledger.add(
             f"data:{key}-build",
@@ -1442,9 +1448,12 @@ def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_
     the figure; each eleven-site row is set beside its aim."""
     import numpy as np
 
-    by_id, ledger = _transfer_curve_ledger(tmp_path / "runs.json", (0.70, 0.74, 0.78))
+    by_id, ledger = _transfer_curve_ledger(tmp_path / "runs.json", (0.70, 0.74, 0.78), baseline=0.66)
     lines = writer.transfer_section(list(by_id.values()), ledger, set(), str(tmp_path / "figures"))
     text = "\n".join(lines)
+    # where the curve starts: the same model on WikiQA alone, first, with its interval (not a point of the fit)
+    start = re.search(r"\| none: WikiQA alone \(MiniLM \+ GSAMN\) \| - \| - \| 0 \| 3 \| (0\.\d+) ± 0\.\d+ \| \[", text)
+    assert start and abs(float(start.group(1)) - 0.66) < 0.02 and text.index(start.group(0)) < text.index("| seqa1 |")
     assert "| seqa4 | 4 | random | 30,000 | 3 | 0.74" in text
     assert "| seqa11-mined | 11 | mined | - | 0 | not run | - |" in text
     fit = re.search(r"gives (0\.\d+) \[(0\.\d+), (0\.\d+)\] at the paper's 10,503,464 pairs", text)
