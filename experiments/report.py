@@ -807,6 +807,12 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     return lines + [""]
 
 
+def checked_names(names: list[str]) -> str:
+    """Record names in order, each once, with how many checks where a record was checked more than once."""
+    counts = collections.Counter(names)
+    return ", ".join(f"{name} ({n} checks)" if n > 1 else name for name, n in sorted(counts.items()))
+
+
 def rerun_section(ledger: Ledger) -> list[str]:
     """The records re-run from their stored arguments (experiments/rerun.py's `rerun:RUN` checks)."""
     checks = {k.removeprefix("rerun:"): r for k, r in sorted(ledger.records.items()) if k.startswith("rerun:")}
@@ -870,12 +876,29 @@ def rerun_section(ledger: Ledger) -> list[str]:
     across = [(name, c) for name, c in entries if cpu_mismatch(c) == "another"]
     if across:
         same = [name for name, c in across if c.get("same")]
+        other = [(name, c) for name, c in across if not c.get("same") and c.get("difference") is not None]
+        same_kernels = [c for _, c in other if (c.get("cpu") or {}).get("kernels") == c["recorded_cpu"].get("kernels")]
         lines += [
             "",
             f"{len(across)} of these checks ran on another kind of CPU than their record (`--other-cpu`): "
             f"{len(same)} to the same figures"
-            + (f" ({', '.join(sorted(set(same)))})" if same else "")
-            + ". A record that reads the data steps' fastText word vectors can be checked so only where they come "
+            + (f" ({checked_names(same)})" if same else "")
+            + (
+                f", {len(other)} to others ("
+                + ", ".join(f"{name} {c['difference']:+.4f}" for name, c in sorted(other, key=lambda x: x[0]))
+                + ")"
+                if other
+                else ""
+            )
+            + "."
+            + (
+                f" {'All' if len(same_kernels) == len(other) else len(same_kernels)} of those that differ ran the "
+                "same vector kernels as their record on another processor: the processor counts, not only the "
+                "kernels' width (torch's libraries choose code paths by processor: MKL, its BLAS, for one)."
+                if same_kernels
+                else ""
+            )
+            + " A record that reads the data steps' fastText word vectors can be checked so only where they come "
             "back the same bytes (rerun.py refuses it otherwise: its inputs differ). Their bytes follow OpenBLAS's "
             "kernels, which the data step pins by instruction set (`runtime/blas.py`: SkylakeX with AVX-512, Haswell "
             "with AVX2 alone), so a CPU with AVX-512 builds the vectors of the records made on one, and a CPU with "

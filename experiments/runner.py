@@ -1062,12 +1062,21 @@ def software_versions() -> dict[str, str]:
     return {"python": platform.python_version(), **{name: version(name) for name in SOFTWARE}}
 
 
+# Settings of the environment that choose the code paths of torch's libraries, and so how a CPU run rounds: MKL's
+# (torch's BLAS on x86: it picks a path by processor, which MKL_CBWR fixes) and oneDNN's instruction set.
+ROUNDING_SETTINGS = ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
 def cpu_kind() -> dict[str, str]:
     """The kind of CPU a CPU run's figures depend on, beside its software: the processor (model name, family and
-    model from /proc/cpuinfo where there is one) and the vector kernels torch dispatches to on it (AVX512, AVX2, ...,
-    or what ATEN_CPU_CAPABILITY lowers them to). Kernels of another width round differently in the last bits, and a
-    short training run amplifies that: measured, wikiqa-iarnn-word-seed0 from c92cc4d scores test MAP 0.4814 on AVX512
-    kernels (twice, the same weights bit for bit) and 0.6180 with ATEN_CPU_CAPABILITY=avx2, same machine and inputs."""
+    model from /proc/cpuinfo where there is one), the vector kernels torch dispatches to on it (AVX512, AVX2, ...,
+    or what ATEN_CPU_CAPABILITY lowers them to), and any of ROUNDING_SETTINGS set (a run under MKL_CBWR=AVX2 is of
+    another kind than one without). Kernels of another width round differently in the last bits, and a short
+    training run amplifies that: measured, wikiqa-iarnn-word-seed0 from c92cc4d scores test MAP 0.4814 on AVX512
+    kernels (twice, the same weights bit for bit) and 0.6180 with ATEN_CPU_CAPABILITY=avx2, same machine and inputs.
+    The processor counts beside the kernels, and MKL's path is one part of it: recorded on an AMD EPYC with AVX512
+    kernels, full-wikiqa-ctrn-seed0 (0.6298) re-ran on an Intel Xeon with AVX512 kernels to 0.6263, there with
+    MKL_CBWR=AVX2 to 0.6297; full-wikiqa-ggsa-seed0 (0.5865) to 0.6139, with MKL_CBWR=AVX2 to 0.6059."""
     import torch
 
     fields: dict[str, str] = {}
@@ -1084,11 +1093,15 @@ def cpu_kind() -> dict[str, str]:
     processor = fields.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in fields and "model" in fields:
         processor += f" (family {fields['cpu family']}, model {fields['model']})"
-    return {"processor": processor, "kernels": torch.backends.cpu.get_cpu_capability()}
+    kind = {"processor": processor, "kernels": torch.backends.cpu.get_cpu_capability()}
+    return kind | {name: os.environ[name] for name in ROUNDING_SETTINGS if os.environ.get(name)}
 
 
 def describe_cpu(cpu: dict | None) -> str:
-    return "a CPU it did not name" if not cpu else f"{cpu['processor']}, {cpu['kernels']} kernels"
+    if not cpu:
+        return "a CPU it did not name"
+    settings = "".join(f", {name}={cpu[name]}" for name in ROUNDING_SETTINGS if name in cpu)
+    return f"{cpu['processor']}, {cpu['kernels']} kernels{settings}"
 
 
 def cpu_mismatch(check: dict) -> str | None:

@@ -116,6 +116,14 @@ def test_a_record_names_the_kind_of_cpu_it_ran_on(monkeypatch):
         check=True,
     )
     assert lowered.stdout.strip() == "DEFAULT"
+    # a setting that fixes MKL's code path makes another kind (measured: an AMD record re-ran to -0.0035 on an Intel
+    # CPU with the same AVX512 kernels, and to -0.0001 there with MKL_CBWR=AVX2)
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    plain = runner.cpu_kind()
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    fixed = runner.cpu_kind()
+    assert "MKL_CBWR" not in plain and fixed == dict(plain, MKL_CBWR="AVX2")
+    assert runner.describe_cpu(fixed) == f"{plain['processor']}, {plain['kernels']} kernels, MKL_CBWR=AVX2"
 
 
 def test_the_figure_compared_is_the_records_first(tmp_path):
@@ -455,10 +463,26 @@ def test_the_page_lists_each_check_and_marks_one_that_differs(tmp_path):
     assert "| cpu: AMD EPYC (family 25, model 17), AVX512 kernels (2026-11-27) |" in g and "not the same" not in g
     # the checks on another kind of CPU than their record's are counted, and those that came back the same named
     ledger.add("rerun:h", dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=XEON))
+    text = " ".join(rerun_section(ledger))
+    # those that came back other are named with their differences (it named only the same ones), and where they
+    # ran the record's vector kernels on another processor, the page says the processor counts
     assert (
-        "2 of these checks ran on another kind of CPU than their record (`--other-cpu`): 1 to the same figures (h)."
-        in (" ".join(rerun_section(ledger)))
+        "2 of these checks ran on another kind of CPU than their record (`--other-cpu`): 1 to the same figures (h), "
+        "1 to others (e -0.0500). All of those that differ ran the same vector kernels as their record on another "
+        "processor: the processor counts" in text
     )
+    avx2 = dict(EPYC, kernels="AVX2")
+    ledger.add("rerun:i", dict(check, rerun=0.50, difference=-0.05, same=False, cpu=avx2, recorded_cpu=XEON))
+    h = dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=XEON)
+    ledger.add("rerun:h", dict(h, earlier=[h]))  # checked twice: one name, its count
+    text = " ".join(rerun_section(ledger))
+    assert (
+        "4 of these checks ran on another kind of CPU than their record (`--other-cpu`): 2 to the same figures "
+        "(h (2 checks)), 2 to others (e -0.0500, i -0.0500). 1 of those that differ" in text
+    )
+    ledger.add("rerun:e", dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=XEON))
+    ledger.add("rerun:i", dict(check, rerun=0.55, difference=0.0, same=True, cpu=EPYC, recorded_cpu=XEON))
+    assert "processor counts" not in " ".join(rerun_section(ledger))  # only where a check says so
 
 
 def test_a_new_check_keeps_the_earlier_ones_and_the_page_lists_them_all(tmp_path):
