@@ -569,12 +569,14 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     baseline = None  # (MAP, low, high) of the same model without pretraining, the curve's reference level
-    if TRANSFER_BASELINE in by_id and row_records(by_id[TRANSFER_BASELINE], ledger):
+    if TRANSFER_BASELINE in by_id and (records := row_records(by_id[TRANSFER_BASELINE], ledger)):
         row = by_id[TRANSFER_BASELINE]
         mean, interval = row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
-        mark = EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else ""
+        mark = (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "") + (
+            INPUTS_MARK if inputs_differ(records, ledger) else ""
+        )
         lines.append(
-            f"| none: WikiQA alone ({row.label}){mark} | - | - | 0 | {len(row_records(row, ledger))} | "
+            f"| none: WikiQA alone ({row.label}){mark} | - | - | 0 | {len(records)} | "
             f"{cell(mean) if mean else 'not run'} | {interval} |"
         )
         if mean and interval.startswith("["):
