@@ -758,9 +758,9 @@ def test_an_input_without_the_files_its_dataset_needs_is_named_before_ray_starts
 
 
 def test_another_sets_json_named_as_searchqa_is_refused_by_content_before_ray_starts(tmp_path, capsys):
-    """A SQuAD folder passed as SearchQA's per-question layout: its .json name matched, so --dry-run passed and the
-    run failed after starting; now the first files are read first. A folder with one bad file among SearchQA's is
-    left to the reader, which names it (or skips it with --skip-bad-records)."""
+    """A SQuAD folder passed as SearchQA's per-question layout: its .json names matched, so --dry-run passed it; now
+    a split's first files are read before any work. A folder with one bad file among SearchQA's is left to the
+    reader, which names it (or skips it with --skip-bad-records)."""
     squad = tmp_path / "squad"
     squad.mkdir()
     (squad / "dev-v1.1.first1article.json").write_text(json.dumps({"data": [], "version": "1.1"}))
