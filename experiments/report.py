@@ -540,6 +540,24 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     return lines + ["", "![DynSAN ablations: change in F1 from the full model](results/dynsan_ablations.png)", ""]
 
 
+def curve_row_cells(row: Row, ledger: Ledger, earlier: set[str]) -> tuple[str, list[dict], tuple | None, str]:
+    """A row of the transfer table as its cells show it: its marks (earlier plan, mixed starting checkpoints, runs
+    that read other data), its shown records, its mean MAP (mean, spread) and its 95% interval cell."""
+    records = row_records(row, ledger)
+    mark = (
+        (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
+        + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
+        + (INPUTS_MARK if inputs_differ(records, ledger) else "")
+    )
+    return mark, records, row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
+
+
+def interval_bounds(interval: str) -> tuple[float, float]:
+    """(low, high) of an interval cell "[low, high]", as the page prints it (the figure draws what the table says)."""
+    low, high = (float(x) for x in interval.strip("[]").split(", "))
+    return low, high
+
+
 def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures_dir: str) -> list[str]:
     """WikiQA test MAP against the size of the pretraining corpus (1, 4, 11 sites), with intervals, the paper's
     point, and what a log-linear fit through ours gives at the paper's size; the mined corpus beside it."""
@@ -569,32 +587,22 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     baseline = None  # (MAP, low, high) of the same model without pretraining, the curve's reference level
-    if TRANSFER_BASELINE in by_id and (records := row_records(by_id[TRANSFER_BASELINE], ledger)):
+    if TRANSFER_BASELINE in by_id and row_records(by_id[TRANSFER_BASELINE], ledger):
         row = by_id[TRANSFER_BASELINE]
-        mean, interval = row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
-        mark = (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "") + (
-            INPUTS_MARK if inputs_differ(records, ledger) else ""
-        )
+        mark, records, mean, interval = curve_row_cells(row, ledger, earlier)
         lines.append(
             f"| none: WikiQA alone ({row.label}){mark} | - | - | 0 | {len(records)} | "
             f"{cell(mean) if mean else 'not run'} | {interval} |"
         )
         if mean and interval.startswith("["):
-            baseline = (mean[0], *(float(x) for x in interval.strip("[]").split(", ")))
+            baseline = (mean[0], *interval_bounds(interval))
     points, point_questions = [], []
     for key, sites, row_id in curve:
         row = by_id[row_id]
         built = ledger.records.get(f"data:{key}-build", {})
         train = built.get("splits", {}).get("train", {}).get("rows")
         drawn = built.get("negatives", {}).get("drawn", "mined" if key.endswith("-mined") else "random")
-        figures, records = row_figures(row, ledger), row_records(row, ledger)
-        mean = figures.get("map")
-        interval = interval_cell(row, ledger, "map")
-        mark = (
-            (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
-            + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
-            + (INPUTS_MARK if inputs_differ(records, ledger) else "")
-        )
+        mark, records, mean, interval = curve_row_cells(row, ledger, earlier)
         shown_mean = cell(mean) if mean else "not run"
         lines.append(
             f"| {key}{mark} | {sites} | {drawn} | {f'{train:,}' if train else '-'} | {len(records)} | "
@@ -602,8 +610,7 @@ def transfer_section(rows: list[Row], ledger: Ledger, earlier: set[str], figures
         )
         seeds = row_questions(row, ledger, "map") or []  # the interval's own per-question figures
         if mean and train and seeds and key in {c[0] for c in TRANSFER_CURVE}:
-            low, high = (float(x) for x in interval.strip("[]").split(", "))
-            points.append((train, mean[0], low, high, f"{sites} site{'s' if sites > 1 else ''}"))
+            points.append((train, mean[0], *interval_bounds(interval), f"{sites} site{'s' if sites > 1 else ''}"))
             point_questions.append(seeds)
     fit, band = None, None
     if len(points) >= 2:
