@@ -363,13 +363,14 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
             raise MissingInput(f"--dump {error}") from None
     if args.download:  # the local files a download reads, read here: --dry-run passed a malformed Sites.xml
         check_download_lists(args)
-    spec = cfg.miner()
-    if spec is not None:
-        from pipelines.hard_negatives import check_miner
+    from inference.miner import check_miner, miner_of
+
+    miner = miner_of(cfg)
+    if miner is not None:
         from runtime.ray_env import check_fits_local_ray
 
         check_fits_local_ray("--mine-gpus", unit="mining task", gpus=cfg.mine_gpus)
-        check_miner(spec)
+        check_miner(miner.spec)
 
 
 def requested_sites(args: argparse.Namespace) -> list[str]:
@@ -441,10 +442,12 @@ def main(argv=None) -> int:
             cfg.sites = cfg.sites + [None] * (len(cfg.dumps) - len(cfg.sites)) if cfg.sites else []
         except (DownloadError, DumpError, OSError) as err:
             return fail("build_stackexchangeqa", err)
+    from inference.miner import miner_of
     from pipelines.stackexchangeqa import write
     from runtime.ray_env import run_on_ray
 
-    stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg), args.num_cpus, verbose=args.verbose)
+    miner = miner_of(cfg)
+    stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg, miner), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
     print(f"{summary(stats)}; wrote {cfg.output}/{{train,dev,test}} and stats.json")

@@ -24,15 +24,17 @@ texts in a fixed order, and ties are broken by answer id, so partitioning change
 scores a pool group exactly (its questions in chunks against all its answers) and holds the group's vectors
 (1.5 kB an answer with MiniLM's 384 floats: a million answers, 1.5 GB); `--negative-pool tag` cuts a large site
 into smaller groups; `reduce_resources` puts the tasks on GPUs.
+
+The stage loads no model itself: it is handed a `Miner` (`inference.miner.ModelMiner`), which loads its models
+in each task's process.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -62,14 +64,14 @@ EMBEDDED = MINING.append(pa.field("vector", pa.list_(pa.float32())))
 SKETCH_POINTS = 513  # order statistics kept per partition and distribution, to merge quantiles on the driver
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 CHUNK_SCORES = 1 << 24  # question x answer scores held at once by a task (64 MB of float32)
-ENCODER_NAMES = ("minilm", "mpnet-base")
 
 
 @dataclass(frozen=True)
 class MinerSpec:
     """What mines: `retriever`, a sentence encoder (a name of `qa_models.encoders.resolve_encoder` or a folder),
     ranks every candidate; `checkpoint`, where set, re-ranks the retriever's top `candidates` with a trained
-    answer-selection model. Paths are absolute: tasks may run anywhere on the cluster's shared file system."""
+    answer-selection model (`inference.miner.miner_spec` makes one from --hard-negatives, its paths absolute:
+    tasks may run anywhere on the cluster's shared file system)."""
 
     retriever: str = "minilm"
     checkpoint: str | None = None
@@ -79,105 +81,26 @@ class MinerSpec:
     max_len: int = 256
 
 
-def is_checkpoint(path: str) -> bool:
-    """A checkpoint folder of jobs/train.py, or a run folder holding them (rather than a sentence encoder)."""
-    from training.checkpoints import STATE_FILE
+class Miner(Protocol):
+    """The models a MinerSpec names, at work (`inference.miner.ModelMiner`; a pipeline stage loads no model
+    itself). Ray pickles a miner into every task, so it loads its models on first use in the task's process."""
 
-    return os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, name)) for name in (STATE_FILE, "checkpoint_manager_snapshot.json")
-    )
+    @property
+    def spec(self) -> MinerSpec: ...
 
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), d) float32 normalised sentence vectors of the retriever."""
+        ...
 
-def miner_spec(miner: str, retriever: str = "minilm", **options) -> MinerSpec:
-    """`--hard-negatives MINER` as a MinerSpec: an encoder name or folder mines alone; a checkpoint or run folder
-    re-ranks what `retriever` finds."""
-    if miner in ENCODER_NAMES or not is_checkpoint(miner):
-        return MinerSpec(retriever=_absolute(miner), **options)
-    return MinerSpec(retriever=_absolute(retriever), checkpoint=os.path.abspath(miner), **options)
-
-
-def _absolute(encoder: str) -> str:
-    return encoder if encoder in ENCODER_NAMES else os.path.abspath(encoder)
+    def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The re-ranking checkpoint's score of each (question, answer) pair (only where spec.checkpoint is set)."""
+        ...
 
 
-def check_miner(spec: MinerSpec) -> None:
-    """Refuses, before any work, a miner that cannot be loaded: a missing encoder or checkpoint, a
-    reading-comprehension checkpoint (`inference.Ranker`'s refusals). Raises UsageError naming the option."""
-    from qa_models.encoders import encoder_max_tokens, resolve_encoder
-    from runtime.checks import UsageError
-
-    option = "--mine-retriever" if spec.checkpoint else "--hard-negatives"  # the option that named the encoder
-    try:
-        path = resolve_encoder(spec.retriever)
-    except (ImportError, FileNotFoundError, ValueError) as error:
-        raise UsageError(f"{option} {spec.retriever}: {error}") from None
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        encoder = "'minilm', 'mpnet-base', a sentence encoder folder (config.json and tokenizer)"
-        if spec.checkpoint:
-            raise UsageError(f"--mine-retriever {spec.retriever}: neither {encoder.replace(', a', ' nor a')}")
-        raise UsageError(
-            f"--hard-negatives {spec.retriever}: neither {encoder} nor a checkpoint or run folder of jobs/train.py"
-        )
-    most = encoder_max_tokens(path)
-    if most is not None and spec.max_len > most:
-        raise UsageError(f"--mine-max-len {spec.max_len}: {option} {spec.retriever} reads at most {most} word pieces")
-    if spec.checkpoint:
-        from inference import Ranker
-
-        try:
-            Ranker.from_checkpoint(spec.checkpoint, device="cpu")
-        except (OSError, ValueError) as error:
-            raise UsageError(f"--hard-negatives {spec.checkpoint}: {error}") from None
-
-
-class Embedder:
-    """The retriever of a MinerSpec, loaded once per worker process (`embedder_of`): normalised sentence vectors
-    of texts, on the task's GPU where it has one."""
-
-    def __init__(self, spec: MinerSpec):
-        from qa_models.encoders import SentenceEmbedder, resolve_encoder
-        from training.config import resolve_device
-
-        self.spec = spec
-        self.device = resolve_device("auto")
-        self.model = SentenceEmbedder(resolve_encoder(spec.retriever), spec.max_len).eval().to(self.device)
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), d) float32, each distinct text embedded once, in batches of similar lengths in a fixed
-        order."""
-        distinct = sorted(set(texts), key=lambda t: (len(t), t))
-        size = self.spec.batch_size
-        parts = [self.model(distinct[i : i + size]).float().cpu().numpy() for i in range(0, len(distinct), size)]
-        if not parts:
-            return np.zeros((0, 1), np.float32)
-        vectors = np.concatenate(parts)
-        where = {text: i for i, text in enumerate(distinct)}
-        return vectors[[where[t] for t in texts]]
-
-
-_EMBEDDERS: dict[MinerSpec, Embedder] = {}
-_RANKERS: dict[str, Any] = {}
-
-
-def embedder_of(spec: MinerSpec) -> Embedder:
-    if spec not in _EMBEDDERS:
-        _EMBEDDERS[spec] = Embedder(spec)
-    return _EMBEDDERS[spec]
-
-
-def ranker_of(checkpoint: str):
-    """The checkpoint's `inference.Ranker`, loaded once per worker process."""
-    if checkpoint not in _RANKERS:
-        from inference import Ranker
-
-        _RANKERS[checkpoint] = Ranker.from_checkpoint(checkpoint, device="auto")
-    return _RANKERS[checkpoint]
-
-
-def embedded(batch: pa.Table, spec: MinerSpec) -> pa.Table:
+def embedded(batch: pa.Table, miner: Miner) -> pa.Table:
     """MINING rows with the sentence vector of their text (the shuffle's map tasks embed, a block each, in
     parallel; the group's task only compares)."""
-    vectors = embedder_of(spec)(batch["text"].to_pylist()) if batch.num_rows else np.zeros((0, 1), np.float32)
+    vectors = miner.embed(batch["text"].to_pylist()) if batch.num_rows else np.zeros((0, 1), np.float32)
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1])
     return batch.append_column("vector", column).cast(EMBEDDED)
 
@@ -310,7 +233,7 @@ def merged_quantiles(sketches: list[dict], counts: list[int] | None = None) -> d
     return out
 
 
-def mine_block(block: pa.Table, spec: MinerSpec) -> tuple[pa.Table, dict]:
+def mine_block(block: pa.Table, miner: Miner) -> tuple[pa.Table, dict]:
     """NEGATIVES rows for every question of a partition that holds whole pool groups (after a shuffle by group;
     the question's text left empty, as the random sampler's with question_text=False: the pairs' shuffle brings it
     from the question's row), and the partition's summary: rows, shortfall, what the guard passed over, and
@@ -330,7 +253,7 @@ def mine_block(block: pa.Table, spec: MinerSpec) -> tuple[pa.Table, dict]:
             if segment["group"][0].as_py() == "":  # questions with no group to draw from
                 tables.append(_shortfall(segment.filter(pc.equal(segment["kind"], "question")), np.zeros(0)))
                 continue
-            tables += _mine_group(segment, spec, summary, scores)
+            tables += _mine_group(segment, miner, summary, scores)
     table = pa.concat_tables(tables)
     summary["rows"] = int(pc.sum(pc.equal(table["short"], 0)).as_py() or 0)
     summary["short"] = int(pc.sum(table["short"]).as_py() or 0)
@@ -338,19 +261,18 @@ def mine_block(block: pa.Table, spec: MinerSpec) -> tuple[pa.Table, dict]:
     return table, summary
 
 
-def _mine_group(segment: pa.Table, spec: MinerSpec, summary: dict, scores: dict) -> list[pa.Table]:
+def _mine_group(segment: pa.Table, miner: Miner, summary: dict, scores: dict) -> list[pa.Table]:
     is_question = pc.equal(segment["kind"], "question")
     answers, questions = segment.filter(pc.invert(is_question)), segment.filter(is_question)
     if not questions.num_rows:
         return []
     answer_texts, question_texts = answers["text"].to_pylist(), questions["text"].to_pylist()
+    spec = miner.spec
     rescore = None
     if spec.checkpoint:
-        ranker = ranker_of(spec.checkpoint)
 
         def rescore(i: int, candidates: np.ndarray) -> np.ndarray:
-            pairs = [(question_texts[i], answer_texts[j]) for j in candidates.tolist()]
-            return np.asarray(ranker.score(pairs, batch_size=spec.batch_size) if pairs else [], dtype=np.float64)
+            return miner.score([(question_texts[i], answer_texts[j]) for j in candidates.tolist()])
 
     wanted = questions["wanted"].to_numpy()
     mined = select_hard_negatives(
@@ -400,7 +322,7 @@ def _shortfall(questions: pa.Table, got: np.ndarray) -> pa.Table:
 def mined_negative_blocks(
     threads: tuple[list, list[int]],
     prepare: Callable[[pa.Table], pa.Table],
-    spec: MinerSpec,
+    miner: Miner,
     partitions: int,
     task_bytes: int = 32 << 20,
     gpus: float = 0.0,
@@ -415,15 +337,15 @@ def mined_negative_blocks(
 
     on_gpus = {"num_gpus": gpus} if gpus else None
     return hash_shuffle(
-        [(*threads, composed(prepare, partial(embedded, spec=spec)))],
+        [(*threads, composed(prepare, partial(embedded, miner=miner)))],
         ["group"],
         partitions,
         mine_block,
-        {"spec": spec},
+        {"miner": miner},
         returns=2,
         task_bytes=task_bytes,
         map_resources=on_gpus,
-        reduce_resources=on_gpus if spec.checkpoint else None,
+        reduce_resources=on_gpus if miner.spec.checkpoint else None,
     )
 
 

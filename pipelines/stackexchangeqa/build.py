@@ -19,7 +19,7 @@ from pipelines.atomic import staged_dir
 from pipelines.blocks import materialised_blocks
 from pipelines.datacard import write_card
 from pipelines.dedup import duplicate_answers
-from pipelines.hard_negatives import mined_negative_blocks, mined_summary
+from pipelines.hard_negatives import Miner, mined_negative_blocks, mined_summary
 from pipelines.negatives import negative_blocks
 from pipelines.shards import write_blocks
 from pipelines.shuffle import composed, hash_shuffle
@@ -192,12 +192,14 @@ class Built:
     stats: dict
 
 
-def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
+def build_blocks(cfg: BuildConfig, stages: _Stages | None = None, miner: Miner | None = None) -> Built:
     """The build as Ray tasks over object references: three hash shuffles (`pipelines.shuffle`), by thread, by
     negative-pool bucket and by question, each reducer returning its block and what the next steps need to know
-    of it (funnel counts, shortfall, first question and counts), so no stage reads another's output twice."""
+    of it (funnel counts, shortfall, first question and counts), so no stage reads another's output twice.
+    Negatives are sampled at random, or mined by `miner` where cfg.hard_negatives names one."""
     import ray
 
+    _check_miner_given(cfg, miner)
     _bound_shuffle_memory(cfg)
     stages = stages or _Stages()
     threads, counts, attribution = thread_blocks(cfg, stages)
@@ -207,8 +209,7 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
     stages.done("funnel")
     if stats["posts_in"] == 0:
         raise NoPosts(cfg, stats["failures"])
-    spec = cfg.miner()
-    if spec is None:
+    if miner is None:
         # The sampler's pool: a thread row carries its question's text, which neither the pool nor the requests read.
         drawn = negative_blocks(
             threads,
@@ -229,14 +230,14 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
         )
         # A map task per thread block (there are at least MIN_PARTITIONS), not blocks gathered to partition_mb:
         # embedding costs far more per byte than cutting blocks, and one task would embed a small build alone.
-        drawn = mined_negative_blocks(threads, prepare, spec, _partitions(cfg), task_bytes=1, gpus=cfg.mine_gpus)
+        drawn = mined_negative_blocks(threads, prepare, miner, _partitions(cfg), task_bytes=1, gpus=cfg.mine_gpus)
     negatives = [block for block, _, _ in drawn]
     drawn_counts, negative_bytes = ray.get([summary for _, summary, _ in drawn]), ray.get([b for _, _, b in drawn])
     stats["negatives_short"] = sum(c["short"] for c in drawn_counts)
     stats["negatives"] = (
         {"drawn": "random", "pool": cfg.negative_pool, "seed": cfg.seed}
-        if spec is None
-        else dict(mined_summary(spec, drawn_counts), pool=cfg.negative_pool, seed=cfg.seed)
+        if miner is None
+        else dict(mined_summary(miner.spec, drawn_counts), pool=cfg.negative_pool, seed=cfg.seed)
     )
     stages.done("negatives", sum(c["rows"] for c in drawn_counts))
     stats["stage_seconds"] = stages.seconds
@@ -270,16 +271,27 @@ def build_blocks(cfg: BuildConfig, stages: _Stages | None = None) -> Built:
     )
 
 
-def build(cfg: BuildConfig):
+def _check_miner_given(cfg: BuildConfig, miner: Miner | None) -> None:
+    """A miner exactly where the configuration names one: a build of mined negatives never falls back to random
+    ones, nor the other way round."""
+    if bool(cfg.hard_negatives) != (miner is not None):
+        raise ValueError(
+            f"BuildConfig.hard_negatives is {cfg.hard_negatives!r} but the miner given is {miner!r}: "
+            "pass inference.miner.miner_of(cfg)"
+        )
+
+
+def build(cfg: BuildConfig, miner: Miner | None = None):
     """The pairs dataset (QA_PAIRS columns plus `split`), the post funnel, and the attribution rows (a dataset)."""
     import ray.data
 
-    built = build_blocks(cfg)
+    built = build_blocks(cfg, miner=miner)
     return ray.data.from_arrow_refs(built.pairs), built.stats, ray.data.from_arrow_refs(built.attribution)
 
 
-def write(cfg: BuildConfig) -> dict:
-    """Build and write `output/{train,dev,test}/*.parquet` and `output/stats.json`, atomically.
+def write(cfg: BuildConfig, miner: Miner | None = None) -> dict:
+    """Build and write `output/{train,dev,test}/*.parquet` and `output/stats.json`, atomically (negatives mined by
+    `miner` where cfg.hard_negatives names one: `inference.miner.miner_of(cfg)`).
 
     Everything is written to a staging folder that replaces `output` only once complete: a crash leaves the
     previous output (or none) and no half-written shards. The build is deterministic, so a re-run after a
@@ -287,9 +299,10 @@ def write(cfg: BuildConfig) -> dict:
     import ray
     import ray.data
 
+    _check_miner_given(cfg, miner)
     started = time.time()
     with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_build) as staging:
-        built = build_blocks(cfg)
+        built = build_blocks(cfg, miner=miner)
         stats = built.stats
         stages = _Stages()
         summaries = ray.get(built.pair_summaries)

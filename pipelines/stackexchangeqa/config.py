@@ -160,21 +160,6 @@ class BuildConfig:
             *miners,
         ]
 
-    def miner(self):
-        """The MinerSpec of --hard-negatives (None: random negatives)."""
-        if not self.hard_negatives:
-            return None
-        from pipelines.hard_negatives import miner_spec
-
-        return miner_spec(
-            self.hard_negatives,
-            self.mine_retriever,
-            candidates=self.mine_candidates,
-            max_similarity=self.mine_max_similarity,
-            batch_size=self.mine_batch_size,
-            max_len=self.mine_max_len,
-        )
-
 
 # A build written before outputs carried a completion marker: its stats.json, with the funnel's splits and pairs.
 earlier_build = recognised_by("stats.json", "splits", "pairs")

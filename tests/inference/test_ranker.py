@@ -191,7 +191,8 @@ def test_a_checkpoint_mines_by_re_ranking_the_retrievers_shortlist(wikiqa, train
     import pyarrow as pa
 
     from inference import Ranker
-    from pipelines.hard_negatives import EMBEDDED, check_miner, mine_block, miner_spec
+    from inference.miner import ModelMiner, check_miner, miner_spec
+    from pipelines.hard_negatives import EMBEDDED, mine_block
     from training.evaluation import EvaluateConfig, evaluate_checkpoint
 
     _, records = evaluate_checkpoint(
@@ -223,7 +224,7 @@ def test_a_checkpoint_mines_by_re_ranking_the_retrievers_shortlist(wikiqa, train
     block = block.set_column(4, "text", pa.array([question] + texts))
     spec = miner_spec(trained["run"], "minilm", candidates=5)
     check_miner(spec)
-    negatives, summary = mine_block(block, spec)
+    negatives, summary = mine_block(block, ModelMiner(spec))
     shortlist = np.lexsort((np.arange(n), -(vectors[:n] @ vectors[n])))[:5]
     ranker = Ranker.from_checkpoint(trained["run"], device="cpu")
     scores = ranker.score([(question, texts[j]) for j in shortlist])

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from inference.miner import ModelMiner, miner_of
 from pipelines.hard_negatives import (
     EMBEDDED,
     MinerSpec,
@@ -138,8 +139,8 @@ def test_a_partition_gives_the_same_negatives_whole_or_cut_by_group_and_reports_
             ("question", "", "q6", "", False, 1, v[0]),  # no group to draw from
         ]
     )
-    spec = MinerSpec()
-    whole, summary = mine_block(block, spec)
+    miner = ModelMiner(MinerSpec())  # the rows come embedded: nothing is loaded
+    whole, summary = mine_block(block, miner)
     assert whole.schema == NEGATIVES
     drawn = whole.filter(pa.compute.equal(whole["short"], 0)).to_pylist()
     assert [(r["qid"], r["aid"]) for r in drawn] == [("q1", "a2"), ("q1", "a3"), ("q4", "a5")]
@@ -147,7 +148,7 @@ def test_a_partition_gives_the_same_negatives_whole_or_cut_by_group_and_reports_
     short = {r["qid"]: r["short"] for r in whole.to_pylist() if r["short"]}
     assert short == {"q4": 2, "q6": 1}
     assert summary["rows"] == 3 and summary["short"] == 3 and summary["questions"] == 2
-    cut = [mine_block(block.filter(pa.compute.equal(block["group"], g)), spec)[0] for g in ("g2", "", "g1")]
+    cut = [mine_block(block.filter(pa.compute.equal(block["group"], g)), miner)[0] for g in ("g2", "", "g1")]
     assert sorted(pa.concat_tables(cut).to_pylist(), key=str) == sorted(whole.to_pylist(), key=str)
 
 
@@ -227,6 +228,19 @@ def test_an_output_that_holds_the_miner_is_refused(tmp_path):
         BuildConfig(dumps=["x"], hard_negatives="minilm", mine_max_similarity=1.5)
 
 
+def test_a_build_is_given_its_miner_exactly_where_its_configuration_names_one(tmp_path):
+    """write() with --hard-negatives set and no miner (or a miner and none set) is refused before anything is
+    made: mined negatives never fall back to random ones."""
+    from pipelines.stackexchangeqa import BuildConfig, write
+
+    mined = BuildConfig(dumps=["Posts.xml"], output=str(tmp_path / "mined"), hard_negatives="minilm")
+    with pytest.raises(ValueError, match="hard_negatives is 'minilm' but the miner given is None"):
+        write(mined)
+    with pytest.raises(ValueError, match="hard_negatives is None but the miner given is ModelMiner"):
+        write(BuildConfig(dumps=["Posts.xml"], output=str(tmp_path / "random")), miner_of(mined))
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_a_build_with_mined_negatives_keeps_the_builds_invariants(beer_dump, ray_local, tmp_path):
     """The beer dump built with negatives mined by the shipped MiniLM: no question gets one of its own answers of
@@ -237,7 +251,8 @@ def test_a_build_with_mined_negatives_keeps_the_builds_invariants(beer_dump, ray
     from pipelines.stackexchangeqa import BuildConfig, write
 
     common = {"dumps": [beer_dump], "negatives": 2, "seed": 5, "dedup": "exact"}
-    mined_stats = write(BuildConfig(output=str(tmp_path / "mined"), hard_negatives="minilm", mine_max_len=64, **common))
+    mined_cfg = BuildConfig(output=str(tmp_path / "mined"), hard_negatives="minilm", mine_max_len=64, **common)
+    mined_stats = write(mined_cfg, miner_of(mined_cfg))
     random_stats = write(BuildConfig(output=str(tmp_path / "random"), **common))
     parent = {f"beer.stackexchange.com:{p['id']}": p["parent_id"] for p in iter_posts(beer_dump) if p["post_type"] == 2}
     for split in ("train", "dev", "test"):
