@@ -51,7 +51,7 @@ def _absolute(encoder: str) -> str:
 def check_miner(spec: MinerSpec) -> None:
     """Refuses, before any work, a miner that cannot be loaded: a missing encoder or checkpoint, a
     reading-comprehension checkpoint (`Ranker`'s refusals). Raises UsageError naming the option."""
-    from qa_models.encoders import encoder_max_tokens, resolve_encoder
+    from qa_models.encoders import require_encoder, resolve_encoder
     from runtime.checks import UsageError
 
     option = "--mine-retriever" if spec.checkpoint else "--hard-negatives"  # the option that named the encoder
@@ -66,9 +66,10 @@ def check_miner(spec: MinerSpec) -> None:
         raise UsageError(
             f"--hard-negatives {spec.retriever}: neither {encoder} nor a checkpoint or run folder of jobs/train.py"
         )
-    most = encoder_max_tokens(path)
-    if most is not None and spec.max_len > most:
-        raise UsageError(f"--mine-max-len {spec.max_len}: {option} {spec.retriever} reads at most {most} word pieces")
+    try:
+        require_encoder(path, spec.max_len, "--mine-max-len")
+    except ValueError as error:
+        raise UsageError(f"{option} {spec.retriever}: {error}") from None
     if spec.checkpoint:
         from inference.ranker import Ranker
 

@@ -80,6 +80,24 @@ def resolve_encoder(name: str | None) -> str | None:
     return name
 
 
+def encoder_name(path: str) -> str:
+    """What a user types for an encoder folder: 'minilm' or 'mpnet-base' where `path` is what `resolve_encoder`
+    made of that name, the path itself otherwise (a refusal names what was typed, not a site-packages folder)."""
+    shipped = [("minilm", minilm_path)]
+    folder = os.path.normpath(path)
+    if os.path.basename(folder) == MPNET_FOLDER and os.path.basename(os.path.dirname(folder)).startswith(
+        f"{MPNET_FOLDER}-"
+    ):  # the layout of mpnet_base_path's cache: looked up only then, since a first lookup assembles the model
+        shipped.append(("mpnet-base", mpnet_base_path))
+    for name, locate in shipped:
+        try:
+            if os.path.realpath(locate()) == os.path.realpath(path):
+                return name
+        except (ImportError, OSError, ValueError):  # not installed, or its parts damaged: not that encoder
+            continue
+    return path
+
+
 def require_encoder(name: str, max_len: int | None = None, max_len_option: str = "--max-len") -> str:
     """`resolve_encoder(name)`, refused (FileNotFoundError) where the folder holds no transformer: what a job checks
     before any work, so that a typo in --encoder-path is one line naming it, not a worker's traceback. With

@@ -134,13 +134,13 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     except (TypeError, ValueError, AssertionError) as error:  # options that conflict, or a model option out of range
         raise UsageError(str(error)) from None
     if cfg.encoder_path:  # the parser only resolves its names: the folder is checked here, for --dry-run too
-        from qa_models.encoders import require_encoder
+        from qa_models.encoders import encoder_name, require_encoder
 
         length = getattr(config, "max_len", None)  # --max-len, else the model's (a --model-option, a pretraining's)
         try:
             require_encoder(cfg.encoder_path, length, "--max-len" if cfg.max_len else "the model's max_len")
         except (ImportError, FileNotFoundError, ValueError) as error:
-            raise UsageError(f"--encoder-path {cfg.encoder_path}: {error}") from None
+            raise UsageError(f"--encoder-path {encoder_name(cfg.encoder_path)}: {error}") from None
     plan = RunPlan(
         manifest=manifest,
         task=task,

@@ -499,12 +499,12 @@ NONSENSE = [
     (
         "train",
         ["--encoder-path", "minilm", "--max-len", "1024"],
-        "reads at most 512 word pieces a text; --max-len 1024",
+        "--encoder-path minilm: reads at most 512 word pieces a text; --max-len 1024",
     ),
     (
         "build_stackexchangeqa",
         ["--hard-negatives", "minilm", "--mine-max-len", "1000"],
-        "--mine-max-len 1000: --hard-negatives minilm reads at most 512 word pieces",
+        "--hard-negatives minilm: reads at most 512 word pieces a text; --mine-max-len 1000 asks for more",
     ),
     # numpy's seeds are unsigned 32-bit: -1 failed in the training worker, after Ray had started
     ("train", ["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),

@@ -58,6 +58,20 @@ def test_train_resolves_mpnet_base_to_the_reassembled_folder(tmp_path, monkeypat
     cfg, _ = train.parse_args(["--model", "gsamn", "--data", str(tmp_path), "--encoder-path", "mpnet-base"])
     assert cfg.encoder_path.startswith(str(tmp_path)) and os.path.isfile(os.path.join(cfg.encoder_path, "config.json"))
     assert cfg.lr == 5e-5  # the GSAMN paper's rate for a fine-tuned transformer
+    assert encoders.encoder_name(cfg.encoder_path) == "mpnet-base"  # what a refusal calls it
+
+
+def test_a_refusal_calls_the_reassembled_mpnet_base_by_its_name(tmp_path, monkeypatch):
+    """encoder_name looks MPNet-base up only for a folder laid out as mpnet_base_path's cache (a first lookup
+    assembles the model); the same layout elsewhere is a user's folder, named by its path."""
+    looked_up = []
+    cached = tmp_path / "cache" / f"{encoders.MPNET_FOLDER}-0123456789ab" / encoders.MPNET_FOLDER
+    monkeypatch.setattr(encoders, "mpnet_base_path", lambda: looked_up.append(1) or str(cached))
+    assert encoders.encoder_name(str(cached)) == "mpnet-base"
+    elsewhere = tmp_path / "mine" / f"{encoders.MPNET_FOLDER}-0123456789ab" / encoders.MPNET_FOLDER
+    assert encoders.encoder_name(str(elsewhere)) == str(elsewhere)
+    assert encoders.encoder_name(str(tmp_path / encoders.MPNET_FOLDER)) == str(tmp_path / encoders.MPNET_FOLDER)
+    assert len(looked_up) == 2  # not for the folder outside the cache's layout
 
 
 def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
@@ -88,6 +102,10 @@ def test_the_word_pieces_an_encoder_reads_are_its_real_limit(tmp_path):
     with pytest.raises(ValueError, match="reads at most 512 word pieces a text; --max-len 513 asks for more"):
         encoders.require_encoder("minilm", 513)
     assert encoders.require_encoder("minilm", 512) == path
+    # a refusal names the encoder as typed: the shipped ones by name, a user's folder (any name) by its path
+    assert encoders.encoder_name(path) == "minilm"
+    own = tmp_path / "own" / encoders.MPNET_FOLDER
+    assert encoders.encoder_name(str(own)) == str(own) and encoders.encoder_name(str(tmp_path)) == str(tmp_path)
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mpnet", "max_position_embeddings": 514}))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": int(1e30)}))
