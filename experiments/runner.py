@@ -64,6 +64,12 @@ def portable(value):
     return value
 
 
+def _json_kind(value) -> str:
+    """JSON's name for the kind of a parsed value (a list is an array, None is null)."""
+    kinds = ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
 class Ledger:
     """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
     file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
@@ -91,12 +97,15 @@ class Ledger:
             except ValueError as error:  # another file given as the ledger (the report, say)
                 raise ValueError(f"{self.path}: not a run ledger: not JSON ({error})") from None
         if not isinstance(records, dict):
-            raise ValueError(
-                f"{self.path}: not a run ledger: a JSON {type(records).__name__}, not an object of records"
-            )
+            raise ValueError(f"{self.path}: not a run ledger: a JSON {_json_kind(records)}, not an object of records")
+        for key, record in records.items():  # another JSON object (a build's stats.json, say) was merged in whole
+            if not isinstance(record, dict):
+                raise ValueError(
+                    f"{self.path}: not a run ledger: entry {key!r} is a JSON {_json_kind(record)}, not a record"
+                )
         self.on_disk = {}  # per-question figures as their files hold them, so that a write skips the unchanged
         for key, record in records.items():
-            stored = record.get("per_question") if isinstance(record, dict) else None
+            stored = record.get("per_question")
             if isinstance(stored, dict) and "file" in stored and "values" not in stored:
                 record["per_question"] = self.on_disk[key] = self._read_questions(key, stored)
         return records

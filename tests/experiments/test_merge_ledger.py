@@ -91,6 +91,24 @@ def test_a_record_is_taken_only_where_it_is_newer_than_the_one_here(history, tmp
     assert merge_ledger.merge(Ledger(there.path), Ledger(here.path), repo=repo).get("taken") is None  # idempotent
 
 
+def test_another_json_object_is_refused_before_it_is_merged_into_the_ledger(tmp_path, capsys):
+    """A build's stats.json (a JSON object, so it once read as a ledger) was merged in whole: its `posts_in`
+    and `splits` became entries of the committed ledger. Every entry of a ledger is a record."""
+    ledger = tmp_path / "ledger.json"
+    Ledger(str(ledger)).add("data:wikiqa", {"command": "python ...", "seconds": 1.0})
+    before = ledger.read_bytes()
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"posts_in": 1200, "splits": {"train": {"questions": 465}}}))
+    with pytest.raises(SystemExit) as refused:
+        merge_ledger.main([str(stats), "--ledger", str(ledger)])
+    message = f"{stats}: not a run ledger: entry 'posts_in' is a JSON number, not a record"
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+    assert ledger.read_bytes() == before
+    stats.write_text(json.dumps([{"posts_in": 1200}]))
+    with pytest.raises(ValueError, match="not a run ledger: a JSON array, not an object of records"):
+        Ledger(str(stats))
+
+
 def test_the_command_refuses_a_missing_ledger_a_file_that_is_none_and_merging_a_ledger_into_itself(tmp_path, capsys):
     ledger = tmp_path / "ledger.json"
     Ledger(str(ledger)).add("data:wikiqa", {"command": "python ...", "seconds": 1.0})
