@@ -1,5 +1,6 @@
 """Batch scoring: a trained answer-selection checkpoint scores every (question, answer) row of Parquet files on
-Ray Data, a pool of actors each holding the model (`Ranker`), and writes the input rows plus `score`.
+Ray Data, a pool of actors each holding the model (`Ranker`), and writes the input rows plus `score` (or the
+column --score-column names: a StackExchangeQA shard's own `score` is the answer's votes).
 
 One output file per input file (`part-NNNNN.parquet`, in the inputs' sorted order; each row keeps its file's row
 order), each written whole (a temporary name, then a rename) into a staging folder beside --output
@@ -35,6 +36,7 @@ class ScoreConfig:
     output: str
     question_column: str = "question"
     answer_column: str = "answer"
+    score_column: str = "score"  # the column the model's scores are written to, beside the input's
     which: str = "best"
     # rows per actor call: the ranker sorts them by length before batching, so a larger call pads less (2048 against
     # 256: 1.5x the job's pairs/s, bench/scoring.py)
@@ -53,10 +55,14 @@ class ScoreConfig:
         at_least("--num-gpus-per-actor", self.num_gpus_per_actor, 0)
         if self.question_column == self.answer_column:
             raise UsageError(f"--question-column and --answer-column are both {self.question_column!r}")
+        if not self.score_column.strip():
+            raise UsageError("--score-column: empty; name the column the scores go to")
+        if self.score_column in (self.question_column, self.answer_column):
+            raise UsageError(f"--score-column {self.score_column}: the text column it would replace")
 
     def check_inputs(self) -> tuple[str, list[str]]:
         """What the run would refuse first: the checkpoint (resolved from a run folder; an answer-selection
-        model's), the input files (Parquet, each with both text columns, no `score` column), and an --output that
+        model's), the input files (Parquet, each with both text columns, no --score-column), and an --output that
         would replace an input or a folder of something else. Returns (checkpoint, input files)."""
         import pyarrow.parquet as pq
 
@@ -78,8 +84,11 @@ class ScoreConfig:
             missing = [c for c in (self.question_column, self.answer_column) if c not in names]
             if missing:
                 raise UsageError(f"--input {path}: no column {', '.join(missing)} (it has {', '.join(names)})")
-            if "score" in names:
-                raise UsageError(f"--input {path}: already has a score column, which the output would replace")
+            if self.score_column in names:
+                raise UsageError(
+                    f"--input {path}: already has a column {self.score_column} (a StackExchangeQA shard's score is "
+                    "the answer's votes), which the output would replace; name another with --score-column"
+                )
         check_output(self.output, JOB, inputs=[self.input, checkpoint])
         return checkpoint, files
 
@@ -112,7 +121,7 @@ def plan_of(cfg: ScoreConfig, checkpoint: str, files: list[str]) -> dict:
         "checkpoint": checkpoint,
         "checkpoint_sha256": sha256_file(os.path.join(checkpoint, STATE_FILE)) if "://" not in checkpoint else None,
         "inputs": [{"path": p, "bytes": os.path.getsize(p), "mtime": os.path.getmtime(p)} for p in files],
-        "columns": [cfg.question_column, cfg.answer_column],
+        "columns": [cfg.question_column, cfg.answer_column, cfg.score_column],
     }
 
 
@@ -157,10 +166,19 @@ def same_schema_runs(files: list[str], numbers: list[int]) -> list[list[int]]:
 class _Parts:
     """Writes the ordered scored rows of a run of input files into their part files: each file takes the next
     `counts[i]` rows, in a temporary file renamed to its part name once whole (a file without rows gets an empty
-    part with its columns)."""
+    part with its columns and `column`, the scores')."""
 
-    def __init__(self, staging: str, paths: list[str], numbers: list[int], counts: list[int], log, started: float):
-        self.staging, self.paths, self.numbers, self.counts = staging, paths, numbers, counts
+    def __init__(
+        self,
+        staging: str,
+        paths: list[str],
+        numbers: list[int],
+        counts: list[int],
+        log,
+        started: float,
+        column: str = "score",
+    ):
+        self.staging, self.paths, self.numbers, self.counts, self.column = staging, paths, numbers, counts, column
         self.log, self.started = log, started
         self.current, self.left, self.temporary, self.rows = -1, 0, "", 0
         self.writer: Any = None  # a pyarrow ParquetWriter while a file is being written
@@ -175,7 +193,8 @@ class _Parts:
         self.current += 1
         while self.current < len(self.numbers) and self.counts[self.current] == 0:
             temporary = self._temporary()
-            pq.write_table(pq.read_table(self.paths[self.current]).append_column("score", _empty_scores()), temporary)
+            empty = pq.read_table(self.paths[self.current]).append_column(self.column, _empty_scores())
+            pq.write_table(empty, temporary)
             self._rename(temporary)
             self.current += 1
         if self.current < len(self.numbers):
@@ -228,11 +247,12 @@ class _Parts:
 class ScoreBatch:
     """A Ray Data actor: the checkpoint's Ranker, loaded once, scoring a batch of rows."""
 
-    def __init__(self, checkpoint: str, question_column: str, answer_column: str, device: str):
+    def __init__(self, checkpoint: str, question_column: str, answer_column: str, device: str, score_column: str):
         from inference.ranker import Ranker
 
         self.ranker = Ranker.from_checkpoint(checkpoint, device=device)
         self.columns = (question_column, answer_column)
+        self.score_column = score_column
 
     def __call__(self, batch):
         import pyarrow as pa
@@ -240,7 +260,7 @@ class ScoreBatch:
         questions = batch.column(self.columns[0]).to_pylist()
         answers = batch.column(self.columns[1]).to_pylist()
         scores = self.ranker.score([(q or "", a or "") for q, a in zip(questions, answers)])
-        return batch.append_column("score", pa.array(scores, pa.float32()))
+        return batch.append_column(self.score_column, pa.array(scores, pa.float32()))
 
 
 def score(cfg: ScoreConfig, log=print) -> dict:
@@ -277,11 +297,11 @@ def score(cfg: ScoreConfig, log=print) -> dict:
                     (files[number], group, 0, metadata.row_group(group).num_rows)
                     for group in range(metadata.num_row_groups)
                 ]
-            parts = _Parts(staging, [files[n] for n in run], run, counts, log, started)
+            parts = _Parts(staging, [files[n] for n in run], run, counts, log, started, cfg.score_column)
             if pieces and sum(counts):
                 scored = read_pieces(pieces, read_cpus=0.0).map_batches(
                     ScoreBatch,
-                    fn_constructor_args=(checkpoint, cfg.question_column, cfg.answer_column, device),
+                    fn_constructor_args=(checkpoint, cfg.question_column, cfg.answer_column, device, cfg.score_column),
                     batch_size=cfg.batch_size,
                     batch_format="pyarrow",
                     compute=ray.data.ActorPoolStrategy(size=actors),

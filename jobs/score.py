@@ -1,13 +1,14 @@
 """Score a Parquet corpus of question-answer pairs with a trained answer-selection checkpoint, on Ray Data.
 
     python jobs/score.py --checkpoint RUN_DIR_OR_CHECKPOINT --input PARQUET_OR_DIR --output DIR
-        [--question-column question] [--answer-column answer] [--actors N] [--cpus-per-actor 1]
-        [--num-gpus-per-actor 0] [--batch-size 2048] [--which best|latest]
+        [--question-column question] [--answer-column answer] [--score-column score] [--actors N]
+        [--cpus-per-actor 1] [--num-gpus-per-actor 0] [--batch-size 2048] [--which best|latest]
 
 A pool of actors, each holding the checkpoint's model (`inference.Ranker`: the run's tokenizer or vocabulary,
 batched and scored as jobs/evaluate.py scores a split), scores every row of the input (StackExchangeQA shards, a
 tokenised folder's split, or any Parquet with the two text columns); --num-gpus-per-actor puts each actor on a GPU
-share of the cluster. DIR gets the input rows plus `score` (float32), a file per input file in the inputs' sorted
+share of the cluster. DIR gets the input rows plus `score` (float32; a StackExchangeQA shard has a `score` of its
+own, the answer's votes, so name another with --score-column), a file per input file in the inputs' sorted
 order, and manifest.json; the folder appears whole, and a run that stops part-way resumes where it stopped when
 run again (inference/scoring.py). The last stdout line is one JSON object: output, rows, files, seconds, rows/s.
 """
@@ -38,6 +39,12 @@ def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
     p.add_argument("--output", required=True, help="folder for the scored rows (input rows plus score)")
     p.add_argument("--question-column", default="question", help="the question text column (default question)")
     p.add_argument("--answer-column", default="answer", help="the answer text column (default answer)")
+    p.add_argument(
+        "--score-column",
+        default="score",
+        help="the column the model's scores are written to (default score; StackExchangeQA shards have their own "
+        "score, the answer's votes: name another, such as model_score)",
+    )
     p.add_argument("--which", default="best", choices=["best", "latest"], help="checkpoint of a run folder")
     p.add_argument(
         "--batch-size",
@@ -66,6 +73,7 @@ def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
             output=args.output,
             question_column=args.question_column,
             answer_column=args.answer_column,
+            score_column=args.score_column,
             which=args.which,
             batch_size=args.batch_size,
             actors=args.actors,

@@ -166,6 +166,22 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
     assert resumed_part["score"].to_pylist() == pytest.approx(first_part["score"].to_pylist(), abs=1e-6)
     assert not os.path.exists(staging)
 
+    # rows with a score of their own (a StackExchangeQA shard's: the answer's votes) take the model's in another
+    # column, and keep theirs; by default they are refused before any work, naming the option
+    (tmp_path / "votes").mkdir()
+    first_half = pq.read_table(inputs[0])
+    votes = first_half.append_column("score", pa.array(range(first_half.num_rows), pa.int32()))
+    pq.write_table(votes, tmp_path / "votes" / "a.parquet")
+    with pytest.raises(UsageError, match=r"already has a column score .* name another with --score-column"):
+        ScoreConfig(checkpoint=trained["run"], input=str(tmp_path / "votes"), output=str(tmp_path / "o")).check_inputs()
+    by_model = ScoreConfig(
+        checkpoint=trained["run"], input=str(tmp_path / "votes"), output=str(tmp_path / "scored"), score_column="ms"
+    )
+    score(by_model, log=lambda line: None)
+    both = pq.read_table(tmp_path / "scored" / part_name(0))
+    assert both.drop_columns(["ms"]).equals(votes)
+    assert both["ms"].to_pylist() == pytest.approx(pq.read_table(out / part_name(0))["score"].to_pylist(), abs=1e-6)
+
 
 def test_the_score_job_refuses_in_a_line_before_any_work(wikiqa, trained, tmp_path):
     from inference.scoring import ScoreConfig
@@ -182,6 +198,8 @@ def test_the_score_job_refuses_in_a_line_before_any_work(wikiqa, trained, tmp_pa
         ScoreConfig(checkpoint=str(tmp_path / "none"), input=inputs[0], output=str(tmp_path / "o")).check_inputs()
     with pytest.raises(UsageError, match="--batch-size"):
         ScoreConfig(checkpoint=trained["run"], input=inputs[0], output=str(tmp_path / "o"), batch_size=0)
+    with pytest.raises(UsageError, match="--score-column answer: the text column it would replace"):
+        ScoreConfig(checkpoint=trained["run"], input=inputs[0], output=str(tmp_path / "o"), score_column="answer")
 
 
 def test_a_checkpoint_mines_by_re_ranking_the_retrievers_shortlist(wikiqa, trained):
