@@ -233,6 +233,8 @@ def write_passages(cfg) -> dict:
     print(corpus.summary(), file=sys.stderr, flush=True)
     if "train" not in corpus.splits:
         raise FileNotFoundError(f"{cfg.input}: {cfg.dataset} has no train split (found {', '.join(corpus.splits)})")
+    if not corpus.splits["train"].num_rows:  # the vocabulary and the counts below are the train split's
+        raise ReaderError(f"{cfg.input}: {cfg.dataset}'s train split holds no question with passages")
     found = {
         "sizes": {s: {"questions": q} for s, (q, _) in corpus.sizes().items()},
         "differences_from_published": corpus.check_sizes(),

@@ -133,3 +133,32 @@ def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("tra
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return folder
+
+
+def make_build(folder, questions: int = 3, splits=("train", "dev", "test")) -> str:
+    """A small folder of QA_PAIRS shards, as jobs/build_stackexchangeqa.py writes its splits (no stats.json or data
+    card): what tokenize_corpora.py --dataset stackexchangeqa checks before it starts."""
+    import pyarrow as pa
+
+    from pipelines.schemas import QA_PAIRS
+    from pipelines.shards import write_parquet_atomically
+
+    for split in splits:
+        rows = [
+            {
+                "qid": f"beer:{split}{q}",
+                "question": "which hops for a stout?",
+                "aid": f"beer:{split}{q}{a}",
+                "answer": "fuggles" if a == 0 else "a lager yeast",
+                "label": int(a == 0),
+                "score": 3 if a == 0 else 0,
+                "accepted": a == 0,
+                "site": "beer.stackexchange.com",
+            }
+            for q in range(questions)
+            for a in range(2)
+        ]
+        os.makedirs(os.path.join(str(folder), split), exist_ok=True)
+        path = os.path.join(str(folder), split, "part-00000.parquet")
+        write_parquet_atomically(path, QA_PAIRS, [pa.Table.from_pylist(rows, QA_PAIRS)])
+    return str(folder)

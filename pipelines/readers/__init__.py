@@ -39,6 +39,7 @@ from pipelines.readers.stackexchangeqa import stackexchangeqa_found
 from pipelines.readers.trecqa import read_trecqa, trecqa_sources
 from pipelines.readers.wikiqa import read_wikiqa, wikiqa_files
 from pipelines.readers.yahooqa import read_yahooqa, yahooqa_files
+from pipelines.schemas import QA_PAIRS, SchemaMismatch, check_parquet_files, parquet_files
 
 READERS = {
     "wikiqa": read_wikiqa,
@@ -50,11 +51,18 @@ READERS = {
 
 
 def splits_at(dataset: str, path: str, clean: bool = True, quasart_contexts: str = "short") -> list[str]:
-    """The splits `dataset`'s reader would read at `path`, found from the files' names (SearchQA's per-question
-    layout, which any folder of .json files matches, also from its first files' contents): what
-    jobs/tokenize_corpora.py checks before any work. FileNotFoundError or ReaderError names what is missing."""
+    """The splits `dataset`'s reader would read at `path`, found from the files' names and checked by what is
+    cheap to read (an XML or JSON file's first character, castorini's four files a split, SearchQA's first
+    question files, a build's shard footers), since the names of other sets' files match too: what
+    jobs/tokenize_corpora.py checks before any work. FileNotFoundError or ReaderError names what is wrong."""
     if dataset == "stackexchangeqa":  # our own build: {train,dev,test}/*.parquet
-        return [split for split in ("train", "dev", "test") if os.path.isdir(os.path.join(path, split))]
+        splits = [split for split in ("train", "dev", "test") if os.path.isdir(os.path.join(path, split))]
+        for split in splits:  # another set's train/ (TrecQA's castorini folders) failed after Ray had started
+            try:  # the shards' footers, as the run checks them
+                check_parquet_files(parquet_files(os.path.join(path, split)), QA_PAIRS)
+            except SchemaMismatch as error:
+                raise ReaderError(f"{error} (not a split of jobs/build_stackexchangeqa.py)") from None
+        return splits
     locate: dict[str, Callable[[], Mapping[str, object]]] = {
         "wikiqa": lambda: wikiqa_files(path),
         "trecqa": lambda: trecqa_sources(path, clean)[1],

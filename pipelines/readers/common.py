@@ -136,6 +136,20 @@ def open_text(path: str) -> io.TextIOBase:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline="")
 
 
+def check_begins(path: str, opening: str, what: str) -> None:
+    """ReaderError unless the file's first character other than white space is `opening` ("<" for XML, "[" for a
+    JSON array, "{" for a JSON object): a file of another set, given by name, is refused before any work, not
+    after the job has started."""
+    try:
+        with open_text(path) as f:
+            head = f.read(4096).lstrip()
+    except (OSError, UnicodeDecodeError, EOFError) as error:
+        raise ReaderError(f"{path}: cannot be read as UTF-8 text ({error})") from None
+    if not head.startswith(opening):
+        begins = f"it begins {' '.join(head[:80].split())[:24]!r}" if head else "it is empty"
+        raise ReaderError(f"{path}: not {what} ({begins}); is --input another set's file?")
+
+
 def find_file(folder: str, name: str) -> str | None:
     for candidate in (name, name + ".gz"):
         path = os.path.join(folder, candidate)

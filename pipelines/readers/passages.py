@@ -12,7 +12,7 @@ import re
 
 import pyarrow as pa
 
-from pipelines.readers.common import Corpus, Errors, ReaderError, find_file, open_text
+from pipelines.readers.common import Corpus, Errors, ReaderError, check_begins, find_file, open_text
 
 SPAN = pa.struct([("passage", pa.int32()), ("start", pa.int32()), ("end", pa.int32())])  # chars, end exclusive
 PASSAGE_RECORDS = pa.schema(
@@ -72,10 +72,10 @@ def searchqa_sources(path: str) -> tuple[str, dict[str, str]]:
         texts = {_SPLIT_NAMES.get(os.path.basename(path).split(".")[0], "train"): path}
     if texts:
         return "text", texts
-    folders = {
+    folders = {  # a split folder without .json files is another layout's (TrecQA's castorini train/, say)
         split: os.path.join(path, name)
         for name, split in _SPLIT_NAMES.items()
-        if os.path.isdir(os.path.join(path, name))
+        if glob.glob(os.path.join(path, name, "*.json"))
     }
     if not folders and glob.glob(os.path.join(path, "*.json")):
         folders = {_SPLIT_NAMES.get(os.path.basename(os.path.normpath(path)), "train"): path}
@@ -286,6 +286,8 @@ def wikihop_files(path: str) -> dict[str, str]:
     )
     if not files:
         raise FileNotFoundError(f"{path}: no WikiHop train.json / dev.json(.gz)")
+    for file in files.values():
+        check_begins(file, "[", "a WikiHop JSON array")
     return files
 
 
@@ -340,6 +342,8 @@ def squad_files(path: str) -> dict[str, str]:
     )
     if not files:
         raise FileNotFoundError(f"{path}: no SQuAD train-v1.1.json / dev-v1.1.json(.gz)")
+    for file in files.values():
+        check_begins(file, "{", "a SQuAD JSON object")
     return files
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 import re
 
-from pipelines.readers.common import Corpus, Errors, ReaderError, keep_clean, open_binary, pairs_table
+from pipelines.readers.common import (
+    Corpus,
+    Errors,
+    ReaderError,
+    check_begins,
+    keep_clean,
+    open_binary,
+    pairs_table,
+)
 
 _SEMEVAL_SPLITS = {"train": ("train-part1", "train-part2", "train"), "dev": ("dev",), "test": ("test",)}
 
@@ -26,7 +34,8 @@ def _semeval_text(subject: str | None, body: str | None) -> str:
 
 
 def semeval_files(path: str) -> list[str]:
-    """`path` itself when it is a file, else the official files inside it; an error when there are none."""
+    """`path` itself when it is a file, else the official files inside it; an error when there are none, or when
+    one is not XML."""
     files = (
         [path]
         if os.path.isfile(path)
@@ -36,6 +45,8 @@ def semeval_files(path: str) -> list[str]:
     )
     if not files:
         raise FileNotFoundError(f"{path}: no SemEval2016-Task3-CQA-QL-*.xml(.gz) files")
+    for file in files:
+        check_begins(file, "<", "SemEval XML")
     return files
 
 

@@ -5,11 +5,21 @@ from __future__ import annotations
 import os
 import re
 
-from pipelines.readers.common import Corpus, Errors, ReaderError, find_file, keep_clean, open_text, pairs_table
+from pipelines.readers.common import (
+    Corpus,
+    Errors,
+    ReaderError,
+    check_begins,
+    find_file,
+    keep_clean,
+    open_text,
+    pairs_table,
+)
 
 _JACANA_FILES = {"train": "TRAIN.xml", "train-all": "TRAIN-ALL.xml", "dev": "DEV.xml", "test": "TEST.xml"}
 
 
+_CASTORINI_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")
 _CASTORINI_DIRS = {
     "train": ["train"],
     "train-all": ["train-all"],
@@ -88,11 +98,14 @@ def _jacana_questions(file: str, errors: Errors) -> tuple[list[dict], int]:
     return rows, empty
 
 
-def _castorini_split(folder: str, errors: Errors) -> list[dict]:
-    paths = {name: os.path.join(folder, name) for name in ("a.toks", "b.toks", "sim.txt", "id.txt")}
-    for name, p in paths.items():
-        if not os.path.isfile(p):
+def _check_castorini(folder: str) -> None:
+    for name in _CASTORINI_FILES:
+        if not os.path.isfile(os.path.join(folder, name)):
             raise ReaderError(f"{folder}: {name} missing (castorini layout: a.toks, b.toks, sim.txt, id.txt)")
+
+
+def _castorini_split(folder: str, errors: Errors) -> list[dict]:
+    paths = {name: os.path.join(folder, name) for name in _CASTORINI_FILES}
     columns = {}
     for name, p in paths.items():
         with open(p, encoding="utf-8", newline="") as f:
@@ -125,10 +138,13 @@ def _castorini_split(folder: str, errors: Errors) -> list[dict]:
 
 def trecqa_sources(path: str, clean: bool = True) -> tuple[str, dict[str, str]]:
     """The layout ("jacana" or "castorini") and `{split: file or folder}` found in `path`; an error when neither
-    layout is there. With castorini folders, `clean` picks `clean-*` over `raw-*`."""
+    layout is there, or when a file of it is not what its name says (checked before any work: a folder of another
+    set has a train/ too). With castorini folders, `clean` picks `clean-*` over `raw-*`."""
     found = {split: find_file(path, name) for split, name in _JACANA_FILES.items()}
     jacana = {split: file for split, file in found.items() if file}
     if jacana:
+        for file in jacana.values():
+            check_begins(file, "<", "jacana TrecQA XML")
         return "jacana", jacana
     folders = {}
     for split, names in _CASTORINI_DIRS.items():
@@ -138,6 +154,8 @@ def trecqa_sources(path: str, clean: bool = True) -> tuple[str, dict[str, str]]:
             folders[split] = folder
     if not folders:
         raise FileNotFoundError(f"{path}: no TrecQA files (jacana TRAIN/DEV/TEST.xml or castorini train/, dev/...)")
+    for folder in folders.values():
+        _check_castorini(folder)
     return "castorini", folders
 
 

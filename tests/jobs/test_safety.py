@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from runtime.checks import UsageError
-from tests.conftest import REPO, kill_session, make_tokenised
+from tests.conftest import REPO, kill_session, make_build, make_tokenised
 
 
 def tree(folder) -> dict:
@@ -120,7 +120,8 @@ def test_build_refuses_an_output_folder_that_holds_its_dump(tmp_path, capsys):
         "inside the input",
     ],
 )
-def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, tiny, capsys, case):
+def test_tokenise_refuses_outputs_that_would_destroy(tmp_path, capsys, case):
+    tiny = make_build(tmp_path / "build")  # a build's splits, what --dataset stackexchangeqa reads
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "thesis.tex").write_text("three years")
@@ -359,7 +360,7 @@ def test_an_earlier_output_holding_files_its_job_did_not_write_is_not_replaced(t
     write(VectorsConfig(data=data, dim=4, epochs=1, seed=1))  # DATA/embeddings.npy and .json, recorded as derived
     assert read_marker(data)["derived"] == ["embeddings.json", "embeddings.npy"]
     (tmp_path / "tokenised" / ".DS_Store").write_bytes(b"\0")
-    argv = ["--dataset", "stackexchangeqa", "--input", make_tokenised(tmp_path / "input"), "--output", data]
+    argv = ["--dataset", "stackexchangeqa", "--input", make_build(tmp_path / "input"), "--output", data]
     for mine in ("notes.txt", os.path.join("test", "predictions.jsonl")):
         (tmp_path / "tokenised" / mine).write_text("mine")
     before = tree(tmp_path)
@@ -747,7 +748,7 @@ def test_an_input_without_the_files_its_dataset_needs_is_named_before_ray_starts
     and what it lacks, exit 2, before any work; --dry-run says the same (it said nothing wrong before)."""
     folder = tmp_path / "input"
     (folder / present).parent.mkdir(parents=True, exist_ok=True)
-    (folder / present).write_text("")
+    (folder / present).write_text("{}" if present.endswith(".json") else "")  # a JSON file reads as JSON
     for dry_run in (["--dry-run"], []):
         argv = ["--dataset", dataset, "--input", str(folder), "--output", str(tmp_path / "out"), *dry_run]
         assert _exit_code("tokenize_corpora", argv) == 2
@@ -755,6 +756,40 @@ def test_an_input_without_the_files_its_dataset_needs_is_named_before_ray_starts
         assert err.startswith(f"tokenize_corpora: error: --input {folder}: ") and message in err, err
         assert "\n" not in err
     assert sorted(os.listdir(tmp_path)) == ["input"]
+
+
+# Another real set's folder or file, whose names passed the dry run: each run then stopped after Ray had started
+# (SearchQA on TrecQA's folders with "error: 'train'", naming nothing).
+ANOTHER_SETS_INPUT = [
+    ("trecqa", "searchqa_sample/hf_dummy_data_json", "hf_dummy_data_json/train: a.toks missing (castorini layout"),
+    ("searchqa", "trecqa/castorini_toks", "castorini_toks: no SearchQA {train,val,test}.txt(.gz) or"),
+    ("semeval-ql", "squad_sample/dev-v1.1.first1article.json", "first1article.json: not SemEval XML (it begins '{"),
+    ("wikihop", "squad_sample/dev-v1.1.first1article.json", "first1article.json: not a WikiHop JSON array"),
+    ("stackexchangeqa", "trecqa/castorini_toks", "castorini_toks/train: no .parquet files"),
+    ("squad", "wikihop_sample/medhop_hf_dummy/train.json", "train.json: not a SQuAD JSON object (it begins '[ {"),
+]
+
+
+@pytest.mark.parametrize("dataset, given, message", ANOTHER_SETS_INPUT, ids=[d for d, _, _ in ANOTHER_SETS_INPUT])
+def test_another_real_sets_input_is_refused_by_its_first_bytes_before_ray_starts(
+    shared_data, tmp_path, capsys, dataset, given, message
+):
+    path = os.path.join(shared_data, given)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not found")
+    argv = ["--dataset", dataset, "--input", path, "--output", str(tmp_path / "out"), "--dry-run"]
+    assert _exit_code("tokenize_corpora", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tokenize_corpora: error: --input {path}") and message in err and "\n" not in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_tokenised_folder_given_as_a_build_is_refused_by_its_shards_schema(tmp_path, tiny, capsys):
+    argv = ["--dataset", "stackexchangeqa", "--input", tiny, "--output", str(tmp_path / "out"), "--dry-run"]
+    assert _exit_code("tokenize_corpora", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train/part-00000.parquet: schema mismatch: missing column 'score'" in err, err
+    assert err.endswith("(not a split of jobs/build_stackexchangeqa.py)")
 
 
 def test_another_sets_json_named_as_searchqa_is_refused_by_content_before_ray_starts(tmp_path, capsys):
@@ -929,7 +964,14 @@ def test_every_module_imports_and_every_job_answers_help_and_dry_run(tmp_path, t
     checkpoint = _checkpoint(tmp_path / "checkpoint", tiny)
     dry_runs = {
         "build_stackexchangeqa": ["--dump", _posts_xml(tmp_path / "Posts.xml"), "--output", str(tmp_path / "seqa")],
-        "tokenize_corpora": ["--dataset", "stackexchangeqa", "--input", tiny, "--output", str(tmp_path / "tok")],
+        "tokenize_corpora": [
+            "--dataset",
+            "stackexchangeqa",
+            "--input",
+            make_build(tmp_path / "build"),
+            "--output",
+            str(tmp_path / "tok"),
+        ],
         "word_vectors": ["--data", tiny],
         "train": ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--dim", "16"],
         "evaluate": ["--checkpoint", checkpoint, "--data", tiny],

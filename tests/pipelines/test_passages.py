@@ -94,6 +94,20 @@ def test_searchqa_processed_txt_layout(tmp_path, tokenizer):
     assert list(zip(row["answer_starts"], row["answer_ends"])) == [(5, 5), (7, 7)]
 
 
+def test_a_train_split_whose_every_question_was_dropped_is_named_before_the_tokenizer_runs(tmp_path):
+    """A train split read whole but holding no question with passages (each dropped and counted) ended in
+    `KeyError: 'train'` where the split's counts were read; now one line names the input."""
+    from pipelines.passages import write_passages
+    from pipelines.tokenize import TokenizeConfig
+
+    (tmp_path / "searchqa").mkdir()
+    (tmp_path / "searchqa" / "train.txt").write_text("<s> nothing here </s> |||  ||| rome\n")  # no question: dropped
+    cfg = TokenizeConfig(dataset="searchqa", input=str(tmp_path / "searchqa"), output=str(tmp_path / "out"))
+    with pytest.raises(ReaderError, match="searchqa's train split holds no question with passages"):
+        write_passages(cfg)
+    assert not (tmp_path / "out").exists()
+
+
 def _quasart(folder, questions, contexts, kind="short", split="dev"):
     os.makedirs(folder / "questions", exist_ok=True)
     os.makedirs(folder / "contexts" / kind, exist_ok=True)
