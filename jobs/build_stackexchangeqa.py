@@ -232,6 +232,17 @@ def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
         p.error("--sites is required with --source api")
     if args.source == "pages" and not args.urls:
         p.error("--urls is required with --source pages")
+    # another source's options were ignored in silence (`--dump X --sites beer` built X, naming it as before)
+    for option, value, source in (
+        ("--sites", args.sites.strip(" ,"), "api"),
+        ("--api-max-pages", args.api_max_pages, "api"),
+        ("--urls", args.urls, "pages"),
+    ):
+        if value is not None and value != "" and args.source != source:
+            hint = (
+                "; a dump's site is named as --dump SITE=PATH" if option == "--sites" and args.source == "dump" else ""
+            )
+            p.error(f"{option} {value}: read only with --source {source} (this build's source is {args.source}){hint}")
     exclude = {}
     for spec in args.exclude_overlap:
         name, sep, path = spec.partition("=")

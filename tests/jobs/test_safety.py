@@ -458,6 +458,18 @@ NONSENSE = [
     ("build_stackexchangeqa", ["--source", "api", "--sites", "beer,cof fee"], "--sites: 'cof fee' is not a site name"),
     ("build_stackexchangeqa", ["--download", "beer,co/ffee"], "--download: 'co/ffee' is not a site name"),
     ("build_stackexchangeqa", ["--source", "api", "--sites", ","], "--sites is required with --source api"),
+    # another source's options, ignored in silence: the dump was built and --sites named nothing
+    (
+        "build_stackexchangeqa",
+        ["--sites", "beer"],
+        "--sites beer: read only with --source api (this build's source is dump); a dump's site is named as --dump",
+    ),
+    ("build_stackexchangeqa", ["--urls", "urls.txt"], "--urls urls.txt: read only with --source pages"),
+    (
+        "build_stackexchangeqa",
+        ["--source", "pages", "--urls", "URLS", "--api-max-pages", "2"],
+        "--api-max-pages 2: read only with --source api (this build's source is pages)",
+    ),
     (
         "build_stackexchangeqa",
         ["--hard-negatives", "minilm", "--mine-candidates", "0"],
