@@ -104,7 +104,8 @@ def main(argv=None) -> int:
     summary, rc = run_on_ray("score", lambda: score(cfg, log=progress), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
-    print(f"scored {summary['rows']:,} rows into {summary['files']} files in {cfg.output}")
+    written = f"{summary['files']} file{'s' if summary['files'] != 1 else ''}"
+    print(f"scored {summary['rows']:,} rows into {written} in {cfg.output}")
     print(json.dumps(summary))
     return 0
 

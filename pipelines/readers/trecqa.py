@@ -17,9 +17,9 @@ from pipelines.readers.common import (
 )
 
 _JACANA_FILES = {"train": "TRAIN.xml", "train-all": "TRAIN-ALL.xml", "dev": "DEV.xml", "test": "TEST.xml"}
+_CASTORINI_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")  # each split folder's
 
 
-_CASTORINI_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")
 _CASTORINI_DIRS = {
     "train": ["train"],
     "train-all": ["train-all"],
