@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,6 +29,9 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 from pipelines.stackexchangeqa import DROP_REASONS, BuildConfig
 from runtime.checks import MissingInput, UsageError
 from runtime.ray_env import add_local_ray_options
+
+if TYPE_CHECKING:
+    from inference.miner import ModelMiner
 
 
 def parse_args(argv=None) -> tuple[BuildConfig, argparse.Namespace]:
@@ -340,11 +344,11 @@ def summary(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
+def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> ModelMiner | None:
     """What the build would refuse first, before any download or Ray (and all that --dry-run checks): dumps that
     are missing, an output folder that would destroy something (it holds a dump, the crawl cache, a test set to
     exclude, the URL list, the downloads or the miner, or it is not an earlier build), dumps that cannot be read,
-    and a --hard-negatives miner that cannot be loaded."""
+    and a --hard-negatives miner that cannot be loaded. Returns that miner (None: random negatives)."""
     from crawl.dump import DumpError, check_readable
     from pipelines.atomic import check_folder_can_be_made, check_output
     from pipelines.overlap import check_test_sets
@@ -382,6 +386,7 @@ def check_inputs(cfg: BuildConfig, args: argparse.Namespace) -> None:
 
         check_fits_local_ray("--mine-gpus", unit="mining task", gpus=cfg.mine_gpus)
         check_miner(miner.spec)
+    return miner
 
 
 def requested_sites(args: argparse.Namespace) -> list[str]:
@@ -426,7 +431,7 @@ def main(argv=None) -> int:
     from runtime.errors import fail
 
     try:
-        check_inputs(cfg, args)
+        miner = check_inputs(cfg, args)
     except (UsageError, DumpError) as err:
         return fail("build_stackexchangeqa", err)
     if args.dry_run:
@@ -453,11 +458,9 @@ def main(argv=None) -> int:
             cfg.sites = cfg.sites + [None] * (len(cfg.dumps) - len(cfg.sites)) if cfg.sites else []
         except (DownloadError, DumpError, OSError) as err:
             return fail("build_stackexchangeqa", err)
-    from inference.miner import miner_of
     from pipelines.stackexchangeqa import write
     from runtime.ray_env import run_on_ray
 
-    miner = miner_of(cfg)
     stats, rc = run_on_ray("build_stackexchangeqa", lambda: write(cfg, miner), args.num_cpus, verbose=args.verbose)
     if rc:
         return rc
