@@ -2,12 +2,14 @@
 Ray Data, a pool of actors each holding the model (`Ranker`), and writes the input rows plus `score` (or the
 column --score-column names: a StackExchangeQA shard's own `score` is the answer's votes).
 
-One output file per input file (`part-NNNNN.parquet`, in the inputs' sorted order; each row keeps its file's row
-order), each written whole (a temporary name, then a rename) into a staging folder beside --output
-(`OUTPUT.partial-score`) that records what it is scoring (`plan.json`: the checkpoint's sha256, the inputs, their
-sizes and the columns). A run that stops part-way leaves its finished files there, and the same command run again
-scores only the files it lacks, so no row is scored twice into the output; a different checkpoint or input starts
-the staging folder over. The last step writes `manifest.json` (rows, files, the checkpoint) and renames the staging
+One output file per input file, at the input's path under the --input folder (a build's `test/part-00000.parquet`
+is scored into `OUTPUT/test/part-00000.parquet`; a single input file keeps its name), each row in its file's row
+order; a StackExchangeQA build's folder gives its split shards, not its attribution rows. Each file is written
+whole (a temporary name, then a rename) into a staging folder beside --output (`OUTPUT.partial-score`) that
+records what it is scoring (`plan.json`: the checkpoint's sha256, the inputs, their sizes, the columns and the
+output names). A run that stops part-way leaves its finished files there, and the same command run again scores
+only the files it lacks, so no row is scored twice into the output; a different checkpoint or input starts the
+staging folder over. The last step writes `manifest.json` (rows, files, the checkpoint) and renames the staging
 folder to --output, replacing an earlier output of this job only then.
 """
 
@@ -22,10 +24,11 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.atomic import STAGING_MARKER, check_output, real_path, swap_into_place, write_marker
+from pipelines.atomic import STAGING_MARKER, check_output, output_job, real_path, swap_into_place, write_marker
 from runtime.checks import MissingInput, UsageError, at_least, integer_at_least, one_of
 
 JOB = "score"
+BUILD_JOB = "build_stackexchangeqa"
 PLAN_FILE, MANIFEST_FILE = "plan.json", "manifest.json"
 
 
@@ -94,23 +97,35 @@ class ScoreConfig:
 
 
 def input_files(path: str) -> list[str]:
-    """A Parquet file, or every *.parquet under a folder, sorted."""
+    """A Parquet file, or every *.parquet under a folder, sorted; of a jobs/build_stackexchangeqa.py output, the
+    shards of its splits (its attribution rows, authors and links, are no pairs to score)."""
     if os.path.isfile(path):
         return [os.path.abspath(path)]
     if not os.path.isdir(path):
         raise MissingInput(f"--input {path}: no such file or folder")
-    files = sorted(glob.glob(os.path.join(os.path.abspath(path), "**", "*.parquet"), recursive=True))
+    root = os.path.abspath(path)
+    if output_job(root) == BUILD_JOB:
+        from pipelines.readers import splits_at
+
+        folders = [os.path.join(root, split) for split in splits_at("stackexchangeqa", root)]
+    else:
+        folders = [root]
+    files = sorted(f for folder in folders for f in glob.glob(os.path.join(folder, "**", "*.parquet"), recursive=True))
     if not files:
         raise MissingInput(f"--input {path}: no .parquet file in it")
     return files
 
 
+def output_names(path: str, files: list[str]) -> list[str]:
+    """Where each input file's scored rows go, relative to --output: its path under the --input folder (splits
+    stay apart, named as in the input), or a single input file's own name."""
+    if os.path.isfile(path):
+        return [os.path.basename(f) for f in files]
+    return [os.path.relpath(f, os.path.abspath(path)) for f in files]
+
+
 def staging_folder(output: str) -> str:
     return os.path.abspath(output).rstrip(os.sep) + ".partial-" + JOB
-
-
-def part_name(number: int) -> str:
-    return f"part-{number:05d}.parquet"
 
 
 def plan_of(cfg: ScoreConfig, checkpoint: str, files: list[str]) -> dict:
@@ -121,6 +136,7 @@ def plan_of(cfg: ScoreConfig, checkpoint: str, files: list[str]) -> dict:
         "checkpoint": checkpoint,
         "checkpoint_sha256": sha256_file(os.path.join(checkpoint, STATE_FILE)) if "://" not in checkpoint else None,
         "inputs": [{"path": p, "bytes": os.path.getsize(p), "mtime": os.path.getmtime(p)} for p in files],
+        "outputs": output_names(cfg.input, files),
         "columns": [cfg.question_column, cfg.answer_column, cfg.score_column],
     }
 
@@ -142,7 +158,7 @@ def prepared_staging(cfg: ScoreConfig, plan: dict) -> tuple[str, set[int]]:
         os.makedirs(staging)
         open(os.path.join(staging, STAGING_MARKER), "w").close()
         _write_json(os.path.join(staging, PLAN_FILE), plan)
-    done = {n for n in range(len(plan["inputs"])) if os.path.exists(os.path.join(staging, part_name(n)))}
+    done = {n for n, name in enumerate(plan["outputs"]) if os.path.exists(os.path.join(staging, name))}
     return staging, done
 
 
@@ -164,21 +180,21 @@ def same_schema_runs(files: list[str], numbers: list[int]) -> list[list[int]]:
 
 
 class _Parts:
-    """Writes the ordered scored rows of a run of input files into their part files: each file takes the next
-    `counts[i]` rows, in a temporary file renamed to its part name once whole (a file without rows gets an empty
-    part with its columns and `column`, the scores')."""
+    """Writes the ordered scored rows of a run of input files into their output files (`names`, relative to the
+    staging folder): each file takes the next `counts[i]` rows, in a temporary file renamed to its name once whole (a
+    file without rows gets an empty one with its columns and `column`, the scores')."""
 
     def __init__(
         self,
         staging: str,
         paths: list[str],
-        numbers: list[int],
+        names: list[str],
         counts: list[int],
         log,
         started: float,
         column: str = "score",
     ):
-        self.staging, self.paths, self.numbers, self.counts, self.column = staging, paths, numbers, counts, column
+        self.staging, self.paths, self.names, self.counts, self.column = staging, paths, names, counts, column
         self.log, self.started = log, started
         self.current, self.left, self.temporary, self.rows = -1, 0, "", 0
         self.writer: Any = None  # a pyarrow ParquetWriter while a file is being written
@@ -191,23 +207,25 @@ class _Parts:
         if self.current >= 0:
             self._close()
         self.current += 1
-        while self.current < len(self.numbers) and self.counts[self.current] == 0:
+        while self.current < len(self.names) and self.counts[self.current] == 0:
             temporary = self._temporary()
             empty = pq.read_table(self.paths[self.current]).append_column(self.column, _empty_scores())
             pq.write_table(empty, temporary)
             self._rename(temporary)
             self.current += 1
-        if self.current < len(self.numbers):
+        if self.current < len(self.names):
             self.left, self.writer, self.temporary = self.counts[self.current], None, self._temporary()
 
     def _temporary(self) -> str:
-        return os.path.join(self.staging, f"{part_name(self.numbers[self.current])}.tmp-{uuid.uuid4().hex[:8]}")
+        path = os.path.join(self.staging, self.names[self.current])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
 
     def write(self, batch) -> None:
         import pyarrow.parquet as pq
 
         while batch.num_rows:
-            if self.current >= len(self.numbers):
+            if self.current >= len(self.names):
                 raise RuntimeError(f"{batch.num_rows} scored rows more than the input files hold")
             take = min(self.left, batch.num_rows)
             piece, batch = batch.slice(0, take), batch.slice(take)
@@ -226,16 +244,14 @@ class _Parts:
             self._rename(self.temporary)
 
     def _rename(self, temporary: str) -> None:
-        number = self.numbers[self.current]
-        os.replace(temporary, os.path.join(self.staging, part_name(number)))
+        name = self.names[self.current]
+        os.replace(temporary, os.path.join(self.staging, name))
         rate = self.rows / max(time.time() - self.started, 1e-9)
-        self.log(
-            f"[score] {self.paths[self.current]}: {part_name(number)} ({self.rows:,} rows scored, {rate:,.0f} rows/s)"
-        )
+        self.log(f"[score] {self.paths[self.current]}: {name} ({self.rows:,} rows scored, {rate:,.0f} rows/s)")
 
     def finish(self) -> None:
         """Every file whole: a run that delivered fewer rows than its files hold is an error, not a short file."""
-        if self.current < len(self.numbers):
+        if self.current < len(self.names):
             if self.writer is not None:
                 self.writer.close()
                 os.remove(self.temporary)
@@ -297,7 +313,8 @@ def score(cfg: ScoreConfig, log=print) -> dict:
                     (files[number], group, 0, metadata.row_group(group).num_rows)
                     for group in range(metadata.num_row_groups)
                 ]
-            parts = _Parts(staging, [files[n] for n in run], run, counts, log, started, cfg.score_column)
+            names = [plan["outputs"][n] for n in run]
+            parts = _Parts(staging, [files[n] for n in run], names, counts, log, started, cfg.score_column)
             if pieces and sum(counts):
                 scored = read_pieces(pieces, read_cpus=0.0).map_batches(
                     ScoreBatch,
@@ -312,14 +329,14 @@ def score(cfg: ScoreConfig, log=print) -> dict:
                     parts.write(batch)
             parts.finish()
             rows += parts.rows
-    total = sum(pq.ParquetFile(os.path.join(staging, part_name(n))).metadata.num_rows for n in range(len(files)))
+    total = sum(pq.ParquetFile(os.path.join(staging, name)).metadata.num_rows for name in plan["outputs"])
     manifest = {
         "job": JOB,
         "config": asdict(cfg),
         "checkpoint": checkpoint,
         "checkpoint_sha256": plan["checkpoint_sha256"],
         "rows": total,
-        "files": [{"path": part_name(n), "input": files[n]} for n in range(len(files))],
+        "files": [{"path": name, "input": path} for name, path in zip(plan["outputs"], files)],
     }
     _write_json(os.path.join(staging, MANIFEST_FILE), manifest)
     os.remove(os.path.join(staging, STAGING_MARKER))

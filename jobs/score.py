@@ -5,11 +5,12 @@
         [--cpus-per-actor 1] [--num-gpus-per-actor 0] [--batch-size 2048] [--which best|latest]
 
 A pool of actors, each holding the checkpoint's model (`inference.Ranker`: the run's tokenizer or vocabulary,
-batched and scored as jobs/evaluate.py scores a split), scores every row of the input (StackExchangeQA shards, a
-tokenised folder's split, or any Parquet with the two text columns); --num-gpus-per-actor puts each actor on a GPU
-share of the cluster. DIR gets the input rows plus `score` (float32; a StackExchangeQA shard has a `score` of its
-own, the answer's votes, so name another with --score-column), a file per input file in the inputs' sorted
-order, and manifest.json; the folder appears whole, and a run that stops part-way resumes where it stopped when
+batched and scored as jobs/evaluate.py scores a split), scores every row of the input (a StackExchangeQA build's
+folder, whose split shards it reads, a tokenised folder, or any Parquet with the two text columns);
+--num-gpus-per-actor puts each actor on a GPU share of the cluster. DIR gets the input rows plus `score` (float32;
+a StackExchangeQA shard has a `score` of its own, the answer's votes, so name another with --score-column), each
+input file's rows at its path under the input folder (`DIR/test/part-00000.parquet`), and manifest.json (each
+output file's input); the folder appears whole, and a run that stops part-way resumes where it stopped when
 run again (inference/scoring.py). The last stdout line is one JSON object: output, rows, files, seconds, rows/s.
 """
 
@@ -35,7 +36,12 @@ if TYPE_CHECKING:
 def parse_args(argv=None) -> tuple[ScoreConfig, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (state.pt) or run folder STORAGE/NAME")
-    p.add_argument("--input", required=True, help="a Parquet file, or a folder of them (searched recursively)")
+    p.add_argument(
+        "--input",
+        required=True,
+        help="a Parquet file, or a folder of them (searched recursively; of a StackExchangeQA build's folder, its "
+        "split shards)",
+    )
     p.add_argument("--output", required=True, help="folder for the scored rows (input rows plus score)")
     p.add_argument("--question-column", default="question", help="the question text column (default question)")
     p.add_argument("--answer-column", default="answer", help="the answer text column (default answer)")

@@ -121,7 +121,7 @@ def _halves(wikiqa: str, folder) -> list[str]:
 def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, trained, tmp_path, ray_local):
     import pyarrow as pa
 
-    from inference.scoring import JOB, ScoreConfig, part_name, plan_of, prepared_staging, score
+    from inference.scoring import JOB, ScoreConfig, plan_of, prepared_staging, score
     from pipelines.atomic import output_job
     from training.evaluation import EvaluateConfig, evaluate_checkpoint
 
@@ -132,10 +132,7 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
     out = tmp_path / "out"
     assert output_job(str(out)) == JOB and summary["rows"] == summary["rows_scored_now"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["checkpoint"] == checkpoint and [f["path"] for f in manifest["files"]] == [
-        part_name(0),
-        part_name(1),
-    ]
+    assert manifest["checkpoint"] == checkpoint and [f["path"] for f in manifest["files"]] == ["a.parquet", "b.parquet"]
     scored = pa.concat_tables(pq.read_table(out / f["path"]) for f in manifest["files"])
     given = pa.concat_tables(pq.read_table(p) for p in inputs)
     assert scored.drop_columns(["score"]).equals(given)  # the input rows, in order, plus score
@@ -151,16 +148,16 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
     again = ScoreConfig(checkpoint=trained["run"], input=str(tmp_path / "in"), output=str(tmp_path / "again"))
     staging, done = prepared_staging(again, plan_of(again, checkpoint, inputs))
     assert done == set()
-    shutil.copyfile(out / part_name(0), os.path.join(staging, part_name(0)))
-    first = os.stat(os.path.join(staging, part_name(0))).st_ino
+    shutil.copyfile(out / "a.parquet", os.path.join(staging, "a.parquet"))
+    first = os.stat(os.path.join(staging, "a.parquet")).st_ino
     said: list[str] = []
     resumed = score(again, log=said.append)
     assert said[0].startswith("[score] 1 of 2 files scored by an earlier run")
     assert resumed["rows"] == summary["rows"] and resumed["rows_scored_now"] == given.num_rows - len(
         pq.read_table(inputs[0])
     )
-    assert os.stat(tmp_path / "again" / part_name(0)).st_ino == first  # kept, not scored again
-    resumed_part, first_part = pq.read_table(tmp_path / "again" / part_name(1)), pq.read_table(out / part_name(1))
+    assert os.stat(tmp_path / "again" / "a.parquet").st_ino == first  # kept, not scored again
+    resumed_part, first_part = pq.read_table(tmp_path / "again" / "b.parquet"), pq.read_table(out / "b.parquet")
     assert resumed_part.drop_columns(["score"]).equals(first_part.drop_columns(["score"]))
     # the first run's batches held rows of both files: the same scores up to float rounding
     assert resumed_part["score"].to_pylist() == pytest.approx(first_part["score"].to_pylist(), abs=1e-6)
@@ -178,9 +175,9 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
         checkpoint=trained["run"], input=str(tmp_path / "votes"), output=str(tmp_path / "scored"), score_column="ms"
     )
     score(by_model, log=lambda line: None)
-    both = pq.read_table(tmp_path / "scored" / part_name(0))
+    both = pq.read_table(tmp_path / "scored" / "a.parquet")
     assert both.drop_columns(["ms"]).equals(votes)
-    assert both["ms"].to_pylist() == pytest.approx(pq.read_table(out / part_name(0))["score"].to_pylist(), abs=1e-6)
+    assert both["ms"].to_pylist() == pytest.approx(pq.read_table(out / "a.parquet")["score"].to_pylist(), abs=1e-6)
 
 
 def test_the_score_job_refuses_in_a_line_before_any_work(wikiqa, trained, tmp_path):
