@@ -77,6 +77,8 @@ def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
+    # transformers' "Loading weights" bar is not the job's progress; the Ray jobs quiet it in ray_session
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     cfg, args = parse_args(argv)
     from runtime.errors import fail
     from training.checkpoints import write_jsonl

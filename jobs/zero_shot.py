@@ -76,6 +76,8 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
+    # transformers' "Loading weights" bar is not the job's progress; the Ray jobs quiet it in ray_session
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     cfg, args = parse_args(argv)
     try:
         cfg.check_inputs()
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
             write_jsonl(records, cfg.output)
     except Exception as error:  # one line naming the file (the traceback in the log it names)
         return fail("zero_shot", error)
-    print_summary(summary)
+    print_summary(summary, ranked_by=f"{cfg.encoder_path} zero-shot (cosine)")
     print(json.dumps(summary))
     return 0
 

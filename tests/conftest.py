@@ -75,10 +75,11 @@ def kill_session(session_id: int) -> None:
             pass
 
 
-def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("train", "dev", "test")) -> str:
+def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("train", "dev", "test"), texts=None) -> str:
     """A small real tokenised folder, as jobs/tokenize_corpora.py writes one (TOKENISED_PAIRS shards written by the
     project's shard writer, vocab.json, a manifest with each file's rows, bytes and sha256), made without Ray in a
-    fraction of a second: for tests of what jobs check before they start."""
+    fraction of a second: for tests of what jobs check before they start. `texts(q, a)` gives question q's and its
+    candidate a's texts (candidate 0 the positive), where a test reads them."""
     import json
 
     import pyarrow as pa
@@ -106,8 +107,8 @@ def make_tokenised(folder, questions: int = 6, candidates: int = 4, splits=("tra
                 "qid": f"{split}-q{q}",
                 "aid": f"{split}-q{q}-a{a}",
                 "label": int(a == 0),
-                "question": "which beer",
-                "answer": "a stout" if a == 0 else "some malt",
+                "question": texts(q, a)[0] if texts else "which beer",
+                "answer": texts(q, a)[1] if texts else "a stout" if a == 0 else "some malt",
                 "question_ids": [4 + q % 3, 5],
                 "answer_ids": [5 + a % 4, 8, 9],
             }

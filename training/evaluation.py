@@ -366,10 +366,12 @@ def rank_zero_shot(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
     return summary, records
 
 
-def print_summary(summary: dict) -> None:
-    """The figures of a scored split on one stderr line; the JSON summary follows on stdout."""
+def print_summary(summary: dict, ranked_by: str = "") -> None:
+    """The figures of a scored split on one stderr line (after `ranked_by`, what ranked it, where given); the JSON
+    summary follows on stdout."""
     shown = "  ".join(figure_cells(summary["metrics"], digits=4))
     print(
-        f"{summary['split']}: {shown}  over {summary['metrics']['questions']} questions ({summary['rows']} rows)",
+        f"{ranked_by + ', ' if ranked_by else ''}{summary['split']}: {shown}  over "
+        f"{summary['metrics']['questions']} questions ({summary['rows']} rows)",
         file=sys.stderr,
     )
