@@ -1480,6 +1480,27 @@ def test_the_transfer_curve_shows_map_against_corpus_pairs_and_what_a_fit_gives_
     assert "the slope's 95% interval holds zero, so where (or whether) the fit reaches it is not shown." in text
 
 
+def test_the_transfer_section_says_the_encoders_learnt_from_stack_exchange_as_their_training_data_counts(tmp_path):
+    """The transfer rows pretrain on Stack Exchange an encoder whose own training held Stack Exchange pairs (the
+    paper's BERT-base held none): the page says so with the counts of the encoder's data_config.json, checked here
+    against the file shipped in the MiniLM package."""
+    from qa_models.encoders import minilm_path
+
+    with open(os.path.join(minilm_path(), "data_config.json")) as f:
+        files = json.load(f)
+    stack_exchange = [entry for entry in files if entry["name"].startswith("stackexchange")]
+    assert sum(entry["lines"] for entry in files) == writer.ENCODER_TRAINING_PAIRS
+    assert sum(entry["lines"] for entry in stack_exchange) == writer.ENCODER_STACK_EXCHANGE_PAIRS
+    for site in writer.ENCODER_SITES_NAMED:
+        assert any(f"/{site}" in entry["name"] for entry in stack_exchange), site
+    assert any("small_stackexchanges" in entry["name"] for entry in stack_exchange)
+    by_id, ledger = _transfer_curve_ledger(tmp_path / "runs.json", (0.70, 0.74, 0.78))
+    text = "\n".join(writer.transfer_section(list(by_id.values()), ledger, set(), str(tmp_path / "figures")))
+    assert "were trained on Stack Exchange before any run here: 68,915,078 of their 1,170,060,424 training pairs" in (
+        text
+    )
+
+
 def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_options(tmp_path):
     gpu = dict(
         _record("wikiqa/minilm-gsamn", 0, {"map": 0.75}, "full"),
