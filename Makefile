@@ -13,7 +13,8 @@ NEGATIVES ?= 4
 # GSAMN's memory starts from a pretrained encoder, as in its paper (MiniLM, shipped in a PyPI package), fine-tuned
 # for 192 steps of 16 pairs at 1e-4 (1e-3 for the layers on top; on 2 cores about 3 minutes); ENCODER=none trains
 # word embeddings from scratch instead (EPOCHS of them). The one training worker takes every core (up to 8):
-# Ray gives a worker as many torch threads as CPUs it reserves, and the demo's reads need next to none.
+# Ray gives a worker as many torch threads as CPUs it reserves, and the demo's reads need next to none. Beside the
+# trained model's dev figures, the same encoder untrained (zero-shot cosine) on the same dev questions.
 ENCODER ?= minilm
 EPOCHS ?= 3
 DEMO_CPUS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; echo $$n)
@@ -40,6 +41,9 @@ demo: install
 	$(PY) jobs/tokenize_corpora.py --dataset stackexchangeqa --input $(OUT)/stackexchangeqa --output $(OUT)/tokenised
 	@rm -rf $(OUT)/runs/gsamn-demo
 	$(PY) jobs/train.py --model gsamn --data $(OUT)/tokenised --storage-path $(OUT)/runs --name gsamn-demo $(DEMO_TRAIN_ARGS) > $(OUT)/train_summary.json
+ifneq ($(ENCODER),none)
+	$(PY) jobs/zero_shot.py --data $(OUT)/tokenised --split dev --encoder-path $(ENCODER) > $(OUT)/zero_shot_summary.json
+endif
 	@echo "data card $(OUT)/stackexchangeqa/DATA_CARD.md (funnel.png beside it); summary $(OUT)/train_summary.json"
 	@echo "training curve $(OUT)/runs/gsamn-demo/training_curve.png; TensorBoard: tensorboard --logdir $(OUT)/runs/gsamn-demo/tensorboard"
 
