@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from runtime.ray_env import quiet_progress_bars
+
 if TYPE_CHECKING:
     from training.evaluation import EvaluateConfig
 
@@ -77,8 +79,7 @@ def parse_args(argv=None) -> tuple[EvaluateConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
-    # transformers' "Loading weights" bar is not the job's progress; the Ray jobs quiet it in ray_session
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_progress_bars()  # before transformers is imported; the Ray jobs call it in ray_session
     cfg, args = parse_args(argv)
     from runtime.errors import fail
     from training.checkpoints import write_jsonl

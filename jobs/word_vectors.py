@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
 from runtime.blas import BLAS_KERNEL_CHOICES, pin_openblas_kernels
 from runtime.checks import UsageError
 from runtime.errors import fail
+from runtime.ray_env import quiet_progress_bars
 
 if TYPE_CHECKING:
     from pipelines.vectors import VectorsConfig
@@ -129,6 +130,7 @@ def parse_args(argv=None) -> tuple[VectorsConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
+    quiet_progress_bars()  # before transformers is imported (--from-encoder loads an encoder)
     cfg, args = parse_args(argv)
     try:  # what the run would refuse first; --dry-run stops after it
         cfg.check_inputs()

@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from runtime.errors import fail
+from runtime.ray_env import quiet_progress_bars
 
 if TYPE_CHECKING:
     from training.evaluation import ZeroShotConfig
@@ -76,8 +77,7 @@ def parse_args(argv=None) -> tuple[ZeroShotConfig, argparse.Namespace]:
 
 
 def main(argv=None) -> int:
-    # transformers' "Loading weights" bar is not the job's progress; the Ray jobs quiet it in ray_session
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_progress_bars()  # before transformers is imported; the Ray jobs call it in ray_session
     cfg, args = parse_args(argv)
     try:
         cfg.check_inputs()

@@ -304,6 +304,13 @@ class TaskErrorFilter(logging.Filter):
         )
 
 
+def quiet_progress_bars() -> None:
+    """Library progress bars off in this process and the processes it starts (a user's own setting wins):
+    transformers 5 draws a "Loading weights" bar each time it loads an encoder, which is not the job's progress.
+    Read by transformers when it is first imported, so called before that."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool = False):
     """Join the cluster named by RAY_ADDRESS, or start (and later stop) a private local Ray.
@@ -319,7 +326,7 @@ def ray_session(num_cpus: int | None = None, quiet: bool = True, state_api: bool
 
     _QUIET["verbose"] = not quiet
     if quiet:
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bars too
+        quiet_progress_bars()
         _quiet_ray_data_logging()
     from ray.data import DataContext
 

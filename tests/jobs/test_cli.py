@@ -65,6 +65,29 @@ def test_help_documents_contract_flags(job):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("job", ["zero_shot.py", "word_vectors.py"])
+def test_one_process_jobs_that_load_an_encoder_draw_no_library_progress_bar(job, tmp_path):
+    """transformers 5 draws a "Loading weights" bar on stderr each time it loads an encoder: the Ray jobs quiet it,
+    and these jobs, which start no Ray, printed it before their own lines (evaluate.py too)."""
+    from tests.conftest import make_tokenised
+
+    data = make_tokenised(tmp_path / "tokenised")
+    options = {"zero_shot.py": [], "word_vectors.py": ["--from-encoder", "minilm", "--output", str(tmp_path / "v.npy")]}
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "jobs", job), "--data", data, *options[job]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the figures line on stderr (zero_shot.py) or nothing there (word_vectors.py: its report is on stdout)
+    figures = ["minilm zero-shot (cosine), test: MAP"] if job == "zero_shot.py" else []
+    assert [line[:36] for line in done.stderr.splitlines()] == figures, done.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_dry_run_prints_resolved_config(tmp_path, tiny):
     dump = _posts_xml(tmp_path)
     result = _job("build_stackexchangeqa.py", "--dump", dump, "--output", str(tmp_path / "out"), "--dry-run")

@@ -50,28 +50,3 @@ def test_zero_shot_ranks_by_the_cosine_of_the_encoders_sentence_vectors(tmp_path
             text = _texts(q, a)[1]
             expected = float(questions[q] @ answers[(ANSWERS + UNRELATED).index(text)])
             assert candidates[f"test-q{q}-a{a}"] == pytest.approx(expected, abs=1e-5)
-
-
-@pytest.mark.slow
-def test_the_console_gets_the_figures_line_and_no_library_progress_bar(tmp_path):
-    """Run as a user runs it: transformers 5 draws a "Loading weights" bar on stderr when it loads the encoder,
-    which the Ray jobs quiet and this one-process job printed before its figures (evaluate.py too)."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    data = make_tokenised(tmp_path / "tokenised", questions=3, candidates=4, texts=_texts)
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
-    done = subprocess.run(
-        [sys.executable, os.path.join(REPO, "jobs", "zero_shot.py"), "--data", data],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr.splitlines() == [
-        "minilm zero-shot (cosine), test: MAP 1.0000  MRR 1.0000  P@1 1.0000  over 3 questions (12 rows)"
-    ]
