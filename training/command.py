@@ -269,6 +269,8 @@ def parse_train_args(
         encoder = resolve_encoder(args.encoder_path)
     except (ImportError, FileNotFoundError, ValueError) as error:
         p.error(f"--encoder-path {args.encoder_path}: {error}")
+    if encoder is None and args.init_from:
+        encoder = init_from_encoder(args.init_from)
     if args.test_output and not args.test_split:
         p.error("--test-output needs --test-split")
     try:
@@ -276,6 +278,20 @@ def parse_train_args(
     except ValueError as error:
         p.error(str(error))
     return cfg, args
+
+
+def init_from_encoder(init_from: str) -> str | None:
+    """The pretrained encoder that --init-from's checkpoint reads text with, or None (a word-id model): a run that
+    fine-tunes it is a run on that encoder, with its recipe's learning rate, whether or not --encoder-path repeats it
+    (without, GSAMN fine-tuned MiniLM at the word-embedding recipe's 1e-3 instead of 5e-5). A checkpoint that
+    cannot be read gives None here: the run's checks refuse it, naming why."""
+    from training.checkpoints import checkpoint_summary, resolve_checkpoint
+
+    try:
+        summary = checkpoint_summary(resolve_checkpoint(init_from, "best"))
+    except (OSError, ValueError, KeyError):
+        return None
+    return (summary.get("model_config") or {}).get("encoder_path") or None
 
 
 def _config(args, encoder: str | None, overrides: dict) -> TrainConfig:

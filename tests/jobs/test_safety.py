@@ -852,6 +852,27 @@ def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
         TokenizeConfig(dataset="wikiqa", input="x", output="y", shard_mb=0)
 
 
+def test_a_fine_tuning_from_an_encoder_checkpoint_takes_the_encoders_recipe_without_encoder_path(tmp_path, tiny):
+    """`--init-from` a run on MiniLM fine-tunes MiniLM whether or not --encoder-path says so again: the recipe's
+    learning rate is the encoder's (GSAMN: 5e-5). Without --encoder-path it was the word-embedding recipe's 1e-3,
+    at which AdamW wrecks a pretrained transformer, though the model built was the checkpoint's, on MiniLM."""
+    from jobs import train
+    from qa_models.encoders import resolve_encoder
+
+    minilm = resolve_encoder("minilm")
+    on_minilm = _checkpoint(tmp_path / "on-minilm", tiny, encoder_path=minilm, max_len=16)
+    on_words = _checkpoint(tmp_path / "on-words", tiny)
+    common = ["--model", "gsamn", "--data", tiny, "--storage-path", str(tmp_path / "runs"), "--name", "ft"]
+    cfg, _ = train.parse_args([*common, "--init-from", on_minilm])
+    assert cfg.encoder_path == minilm and cfg.lr == 5e-5
+    named, _ = train.parse_args([*common, "--init-from", on_minilm, "--encoder-path", "minilm"])
+    assert (named.encoder_path, named.lr) == (cfg.encoder_path, cfg.lr)
+    words, _ = train.parse_args([*common, "--init-from", on_words])
+    assert words.encoder_path is None and words.lr == 1e-3
+    given, _ = train.parse_args([*common, "--init-from", on_minilm, "--lr", "2e-5"])
+    assert given.lr == 2e-5  # a learning rate given is kept
+
+
 def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
     """--dry-run reads what the run reads first: a missing --data, a missing --init-from or vocabulary, a
     damaged checkpoint; each exits non-zero with one line, as the run would, without starting anything."""
