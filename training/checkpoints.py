@@ -94,7 +94,20 @@ def checkpoint_summary(path: str) -> dict:
     with ray.train.Checkpoint(path).as_directory() as directory:
         _verify_or_raise(directory, path)
         load_state_file(os.path.join(directory, STATE_FILE), mmap=True)  # data only, or refused here already
-        return _read_json(os.path.join(directory, CONFIG_FILE), path)
+        return _with_local_encoder(_read_json(os.path.join(directory, CONFIG_FILE), path))
+
+
+def _with_local_encoder(summary: dict) -> dict:
+    """A checkpoint's config.json with its encoder folder (train and model configuration) as this machine has it:
+    a checkpoint trained on a cluster names the shipped MiniLM in the nodes' site-packages, which a laptop reading
+    the checkpoint has elsewhere (`qa_models.encoders.local_encoder`)."""
+    from qa_models.encoders import local_encoder
+
+    for section in ("train", "model_config"):
+        values = summary.get(section)
+        if isinstance(values, dict) and values.get("encoder_path"):
+            values["encoder_path"] = local_encoder(values["encoder_path"])
+    return summary
 
 
 def _read_json(file: str, path: str) -> dict:
@@ -366,7 +379,7 @@ def load_checkpoint(directory: str, device):
 
     with ray.train.Checkpoint(directory).as_directory() as local:
         _verify_or_raise(local, directory)
-        summary = _read_json(os.path.join(local, CONFIG_FILE), directory)
+        summary = _with_local_encoder(_read_json(os.path.join(local, CONFIG_FILE), directory))
         state = load_state_file(os.path.join(local, STATE_FILE))
     if "model_config" not in summary:
         raise CheckpointError(

