@@ -70,12 +70,19 @@ def _json_kind(value) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), "null")
 
 
+def ledger_text(records: dict) -> str:
+    """The ledger file's text: a JSON object with one record a line, `"key": {...}`, in the order given."""
+    lines = [f"{json.dumps(key)}: {json.dumps(record, separators=(',', ':'))}" for key, record in records.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n"
+
+
 class Ledger:
     """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
     file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
     long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
-    records. The file is sorted by key, one record per line group, so that git diffs show the runs that changed; a
-    record is added without machine paths (`portable`).
+    records. The file is sorted by key, one record a line (`ledger_text`), so that git diffs show the runs that
+    changed and the file stays compact (indented, 173 runs took 1.05 MB, on one line each 0.83 MB); a record is added
+    without machine paths (`portable`).
 
     A record's per-question figures (810 SQuAD questions a run, half the ledger's bytes once in it) live in a file
     of their own beside the ledger (`ledger-questions/KEY.json`, a question a line), written once when the run is
@@ -150,8 +157,7 @@ class Ledger:
             index = {key: self._stored(key, record) for key, record in sorted(records.items())}
             staged = f"{self.path}.partial-{os.getpid()}"
             with open(staged, "w") as f:
-                json.dump(index, f, indent=1)
-                f.write("\n")
+                f.write(ledger_text(index))
             os.replace(staged, self.path)
             self._drop_unnamed_questions(index)
             self.records = records
