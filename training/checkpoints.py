@@ -97,6 +97,20 @@ def checkpoint_summary(path: str) -> dict:
         return _with_local_encoder(_read_json(os.path.join(directory, CONFIG_FILE), path))
 
 
+def checkpoint_config(path: str) -> dict:
+    """A checkpoint's config.json alone, read without the checks `checkpoint_summary` makes (its files' sha256, its
+    state loading as data), which the run makes where it loads the checkpoint: what a command line reads to choose
+    its defaults, without a second pass over the weights or a download of them."""
+    import pyarrow.fs
+
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
+    with filesystem.open_input_stream(f"{root}/{CONFIG_FILE}") as f:
+        config = json.loads(f.read())
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: {CONFIG_FILE} is not a checkpoint's configuration")
+    return _with_local_encoder(config)
+
+
 def _with_local_encoder(summary: dict) -> dict:
     """A checkpoint's config.json with its encoder folder (train and model configuration) as this machine has it:
     a checkpoint trained on a cluster names the shipped MiniLM in the nodes' site-packages, which a laptop reading

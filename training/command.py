@@ -284,12 +284,12 @@ def init_from_encoder(init_from: str) -> str | None:
     """The pretrained encoder that --init-from's checkpoint reads text with, or None (a word-id model): a run that
     fine-tunes it is a run on that encoder, with its recipe's learning rate, whether or not --encoder-path repeats it
     (without, GSAMN fine-tuned MiniLM at the word-embedding recipe's 1e-3 instead of 5e-5: 48 steps from the demo's
-    run reached WikiQA dev MAP 0.584 against 0.651). A checkpoint that cannot be read gives None here: the run's
-    checks refuse it, naming why."""
-    from training.checkpoints import checkpoint_summary, resolve_checkpoint
+    run reached WikiQA dev MAP 0.584 against 0.651). Its config.json is read unchecked: the run's checks verify the
+    checkpoint where they load it, and refuse one that cannot be read (None here), naming why."""
+    from training.checkpoints import checkpoint_config, resolve_checkpoint
 
     try:
-        summary = checkpoint_summary(resolve_checkpoint(init_from, "best"))
+        summary = checkpoint_config(resolve_checkpoint(init_from, "best"))
     except (OSError, ValueError, KeyError):
         return None
     return (summary.get("model_config") or {}).get("encoder_path") or None
