@@ -540,11 +540,11 @@ def sample_negatives(
     caller has counted them already."""
     import ray
 
-    from pipelines.blocks import materialised_blocks
+    from pipelines.blocks import materialised_blocks, materialize
 
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-    pool = pool.materialize()
+    pool = materialize(pool)
     sizes = count_pool_groups(pool, mode) if pool_sizes is None else pool_sizes
     marked = isinstance(positives, str)
 
@@ -554,7 +554,7 @@ def sample_negatives(
 
     results = negative_blocks(
         blocks_and_bytes(pool),
-        positives if marked else blocks_and_bytes(positives.materialize()),
+        positives if marked else blocks_and_bytes(materialize(positives)),
         k,
         seed,
         sizes,

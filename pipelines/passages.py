@@ -21,6 +21,7 @@ import re
 
 import pyarrow as pa
 
+from pipelines.blocks import materialize
 from pipelines.readers.common import ReaderError
 from pipelines.readers.passages import PASSAGE_READERS
 
@@ -247,16 +248,14 @@ def write_passages(cfg) -> dict:
         for split, table in corpus.splits.items():
             table = table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
             blocks += [table.slice(i, 256) for i in range(0, table.num_rows, 256)]  # ~2k context tokens a question
-        tokenised = (
-            ray.data.from_arrow(blocks)
-            .map_batches(
+        tokenised = materialize(
+            ray.data.from_arrow(blocks).map_batches(
                 PassageTokenizer,
                 batch_format="pyarrow",
                 batch_size=64,
                 fn_constructor_kwargs={"lowercase": cfg.lowercase, "max_context_tokens": cfg.max_context_tokens},
                 compute=ActorPoolStrategy(min_size=1, max_size=max(1, int(ray.cluster_resources().get("CPU", 1)))),
             )
-            .materialize()
         )
         counts = _split_counts(tokenised)
         kept = {

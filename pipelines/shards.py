@@ -14,7 +14,7 @@ from dataclasses import asdict
 import pyarrow as pa
 
 from pipelines.atomic import recognised_by
-from pipelines.blocks import materialised_blocks
+from pipelines.blocks import materialised_blocks, materialize
 from pipelines.schemas import ROW_GROUP_ROWS, check_parquet_files
 from pipelines.vocabulary import RESERVED, Vocabulary
 from runtime.checks import MissingInput
@@ -227,7 +227,7 @@ def write_shards(ds, staging: str, split: str, cfg, size_from=None) -> list[dict
     Ray Data's `write_parquet` handed a task's blocks to Arrow's threaded dataset writer, which does not keep their
     order (`preserve_order=False`): two tokenisations of one build differed in CI, and 2 of 12 tokenisations of the
     end-to-end test's build moved a 1,024-row batch within its shard (0 of 36 with this writer)."""
-    ds = ds.materialize()
+    ds = materialize(ds)
     target = rows_per_shard(size_from or ds, cfg)
     refs, sizes, _ = materialised_blocks(ds)
     if not sum(sizes):

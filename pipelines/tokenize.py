@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipelines.atomic import check_output, staged_dir
+from pipelines.blocks import materialize
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
 from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
 from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
@@ -283,17 +284,19 @@ def _write(cfg: TokenizeConfig) -> dict:
         return write_passages(cfg)
     with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_tokenisation) as staging:
         datasets, found = input_splits(cfg)
-        tokenised = {split: ds.materialize() for split, ds in tokenised_splits(cfg, datasets).items()}
+        tokenised = {split: materialize(ds) for split, ds in tokenised_splits(cfg, datasets).items()}
         vocab = vocabulary_for(tokenised["train"], cfg, count_tokens)
         vocab.save(os.path.join(staging, "vocab.json"))
         manifest = manifest_for(cfg, "tokenised_pairs", vocab, found, staging)
         for split, ds in tokenised.items():
-            ids = ds.map_batches(
-                ToIds,
-                batch_format="pyarrow",
-                fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
-                compute=ActorPoolStrategy(min_size=1, max_size=2),
-            ).materialize()
+            ids = materialize(
+                ds.map_batches(
+                    ToIds,
+                    batch_format="pyarrow",
+                    fn_constructor_kwargs={"vocab_tokens": vocab.tokens},
+                    compute=ActorPoolStrategy(min_size=1, max_size=2),
+                )
+            )
             files = write_shards(ids, staging, split, cfg)
             questions, rows, positive = pair_counts([os.path.join(staging, f["path"]) for f in files])
             manifest["splits"][split] = {"questions": questions, "rows": rows, "positive": positive, "files": files}

@@ -282,7 +282,11 @@ def _quiet_ray_data_logging() -> None:
         config["loggers"][name] = {"level": "DEBUG", "handlers": ["file"], "propagate": False}
     # The executor's report of a failed task (the task's traceback, 80-odd lines) to the file only as well.
     config["filters"]["task_errors"] = {"()": "runtime.ray_env.TaskErrorFilter"}
-    config["handlers"]["console"]["filters"] = config["handlers"]["console"].get("filters", []) + ["task_errors"]
+    config["filters"]["no_free_cpu"] = {"()": "runtime.ray_env.NoFreeCpuFilter"}
+    config["handlers"]["console"]["filters"] = config["handlers"]["console"].get("filters", []) + [
+        "task_errors",
+        "no_free_cpu",
+    ]
     path = os.path.join(tempfile.gettempdir(), f"qa-ray-data-logging-{os.getuid()}.yaml")
     staged = f"{path}.{os.getpid()}"
     with open(staged, "w") as f:
@@ -302,6 +306,17 @@ class TaskErrorFilter(logging.Filter):
             record.levelno >= logging.ERROR
             and str(record.msg).startswith("An exception was raised from a task of operator")
         )
+
+
+class NoFreeCpuFilter(logging.Filter):
+    """Keeps Ray Data's "The Ray cluster currently does not have any available CPUs. The Dataset job will hang
+    unless more CPUs are freed up" off the console. `Dataset.materialize()` checks this a second time as it ends,
+    to hand back blocks already made, while the stage's own actor pool is still giving back its CPUs: a stage that
+    did not hang told the user it might. `pipelines.blocks.materialize` makes the check that means something,
+    before a stage starts, and says so in a line of its own; the log file keeps Ray's record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "does not have any available CPUs" not in str(record.msg)
 
 
 def quiet_progress_bars() -> None:

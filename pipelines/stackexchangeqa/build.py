@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from crawl.dump import ANSWER
 from pipelines.atomic import staged_dir
-from pipelines.blocks import materialised_blocks
+from pipelines.blocks import materialised_blocks, materialize
 from pipelines.datacard import write_card
 from pipelines.dedup import duplicate_answers
 from pipelines.hard_negatives import Miner, mined_negative_blocks, mined_summary
@@ -89,7 +89,7 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[i
     )
     # Materialised, not streamed into the thread shuffle: streamed, the first stage and the shuffle together
     # took 98 s at 1M posts against 54 + 12 s one after the other (Ray Data's shuffle, one run each).
-    posts = posts.materialize()
+    posts = materialize(posts)
     count = posts.count()
     stages.done("read, text, language", count, "posts")
     refs, _, sizes = materialised_blocks(posts)
@@ -100,7 +100,7 @@ def thread_blocks(cfg: BuildConfig, stages: _Stages) -> tuple[tuple[list, list[i
         marks = duplicate_answers(
             answers, mode=cfg.dedup, threshold=cfg.near_duplicate_threshold, partitions=_partitions(cfg)
         )
-        marks = marks.materialize()
+        marks = materialize(marks)
         stages.done("dedup", marks.count(), "duplicates")
         refs, _, sizes = materialised_blocks(marks)
         sources.append((refs, sizes, partial(mark_rows, schema=posts.schema().base_schema)))

@@ -1,6 +1,9 @@
 """Group-wise work inside shuffled blocks, against a plain Python grouping."""
 
+import logging
 import random
+import threading
+import time
 
 import pyarrow as pa
 
@@ -90,3 +93,73 @@ def test_idle_trimmer_trims_once_each_time_the_process_goes_idle():
     finally:
         stop.set()
         thread.join()
+
+
+class _Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _cpus_held_until(seconds: float | None):
+    """An actor holding every CPU of the local Ray, let go after `seconds` (as an actor pool's are some
+    milliseconds after its stage ends), or never."""
+    import ray
+
+    @ray.remote
+    class Holder:
+        def ready(self):
+            return True
+
+    holder = Holder.options(num_cpus=ray.cluster_resources()["CPU"]).remote()
+    ray.get(holder.ready.remote())
+    if seconds is not None:
+        threading.Timer(seconds, ray.kill, args=(holder,)).start()
+    return holder
+
+
+def test_materialize_waits_for_the_stage_before_to_give_back_its_cpus(ray_local):
+    import ray
+    from ray.util import debug
+
+    from pipelines.blocks import materialize
+
+    debug._logged.discard("cpu_warning")  # Ray Data warns once a process
+    seen = _Warnings()
+    logging.getLogger("ray.data.dataset").addHandler(seen)
+    try:
+        _cpus_held_until(0.3)
+        out = materialize(ray.data.range(8))
+    finally:
+        logging.getLogger("ray.data.dataset").removeHandler(seen)
+    assert out.count() == 8
+    assert not [m for m in seen.messages if "available CPUs" in m], seen.messages
+
+
+def test_materialize_says_so_when_no_cpu_comes_free(ray_local, capsys):
+    import ray
+
+    from pipelines.blocks import materialize
+
+    _cpus_held_until(1.0)
+    out = materialize(ray.data.range(8), wait_s=0.2)
+    assert out.count() == 8
+    assert "[ray] no CPU of the Ray cluster has been free for 0.2 s" in capsys.readouterr().err
+
+
+def test_wait_for_free_cpu_gives_up_when_the_cpus_stay_taken(ray_local):
+    import ray
+
+    from pipelines.blocks import wait_for_free_cpu
+
+    holder = _cpus_held_until(None)
+    try:
+        started = time.monotonic()
+        assert not wait_for_free_cpu(wait_s=0.2)
+        assert time.monotonic() - started >= 0.2
+    finally:
+        ray.kill(holder)
+    assert wait_for_free_cpu(wait_s=5)

@@ -150,3 +150,23 @@ def test_a_ray_address_where_nothing_answers_is_named_at_once():
         ray_env.check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
     for address in ("auto", "http://127.0.0.1:1", "local"):  # Ray's to read: it names these at once itself
         ray_env.check_ray_address(address)
+
+
+def test_ray_datas_no_free_cpu_warning_stays_off_the_console(monkeypatch, capfd):
+    """Ray Data says it as each materialisation ends, while the stage's own actor pool gives back its CPUs;
+    pipelines.blocks.materialize says it where it is true (tests/pipelines/test_blocks.py)."""
+    import logging
+
+    from ray.data._internal import logging as data_logging
+
+    monkeypatch.delenv(data_logging.RAY_DATA_LOGGING_CONFIG_ENV_VAR_NAME, raising=False)
+    ray_env._quiet_ray_data_logging()
+    log = logging.getLogger("ray.data.dataset")
+    log.warning(
+        "Warning: The Ray cluster currently does not have any available CPUs. The Dataset job will hang unless "
+        "more CPUs are freed up."
+    )
+    log.warning("Ray Data's other warnings stay")
+    err = capfd.readouterr().err
+    assert "available CPUs" not in err
+    assert "other warnings stay" in err
