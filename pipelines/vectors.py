@@ -222,15 +222,15 @@ def encoder_vectors(cfg: VectorsConfig, words: list[str]) -> tuple[dict[str, np.
 
     if not cfg.encoder:
         raise VectorsError("encoder_vectors needs --from-encoder")
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from qa_models.encoders import resolve_encoder
+    from qa_models.encoders import load_transformer, resolve_encoder
 
     path = resolve_encoder(cfg.encoder)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)  # never the Hub, as every encoder here
     if not tokenizer.is_fast:
         raise VectorsError(f"{path}: a fast tokenizer is needed to map word pieces back to words")
-    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    model = load_transformer(path).eval()
     dim = model.config.hidden_size
     index = {w: i for i, w in enumerate(words)}
     sums = np.zeros((len(words), dim), dtype=np.float64)

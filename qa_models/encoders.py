@@ -49,17 +49,33 @@ def word_embedding_table(
     return table
 
 
+def load_transformer(path: str, config=None) -> nn.Module:
+    """The Hugging Face encoder in the local folder `path` (never the Hub), without transformers' "Loading weights"
+    progress bar: a bar for each model built, a hundred-odd tensors in milliseconds, is not a job's progress, and
+    from Python (Ranker, a notebook) no job had turned it off. A bar the caller turned off stays off."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModel.from_pretrained(path, config=config, local_files_only=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 class PretrainedTransformer(nn.Module):
     """Token states of a Hugging Face encoder loaded from `path` (fine-tuned with the rest of the model)."""
 
     def __init__(self, path: str):
         super().__init__()
-        from transformers import AutoConfig, AutoModel
+        from transformers import AutoConfig
 
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path}: no such model directory (a local transformer is required)")
         config = AutoConfig.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, config=config, local_files_only=True)
+        self.model = load_transformer(path, config=config)
         self.dim = config.hidden_size
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

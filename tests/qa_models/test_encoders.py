@@ -133,3 +133,20 @@ def test_the_word_pieces_an_encoder_reads_are_its_real_limit(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     os.remove(tmp_path / "tokenizer_config.json")
     assert encoders.encoder_max_tokens(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("bar_was_on", [True, False])
+def test_loading_an_encoder_draws_no_progress_bar_and_leaves_the_setting(bar_was_on, capfd):
+    """transformers 5 draws "Loading weights" each time it builds a model: from Python (Ranker, a notebook)
+    every checkpoint scored printed one, where no job had turned library bars off."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if bar_was_on else hf_logging.disable_progress_bar)()
+    try:
+        model = encoders.PretrainedTransformer(encoders.minilm_path())
+        assert hf_logging.is_progress_bar_enabled() is bar_was_on
+    finally:
+        (hf_logging.enable_progress_bar if shown else hf_logging.disable_progress_bar)()
+    assert model.dim == 384
+    assert "Loading weights" not in capfd.readouterr().err
