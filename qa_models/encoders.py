@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import torch
 from torch import nn
 
 from qa_models.matching import masked_mean
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class WordEmbeddings(nn.Module):
@@ -49,7 +52,7 @@ def word_embedding_table(
     return table
 
 
-def load_transformer(path: str, config=None) -> nn.Module:
+def load_transformer(path: str, config=None) -> PreTrainedModel:
     """The Hugging Face encoder in the local folder `path` (never the Hub), without transformers' "Loading weights"
     progress bar: a bar for each model built, a hundred-odd tensors in milliseconds, is not a job's progress, and
     from Python (Ranker, a notebook) no job had turned it off. A bar the caller turned off stays off."""
