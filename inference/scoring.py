@@ -247,7 +247,8 @@ class _Parts:
         name = self.names[self.current]
         os.replace(temporary, os.path.join(self.staging, name))
         rate = self.rows / max(time.time() - self.started, 1e-9)
-        self.log(f"[score] {self.paths[self.current]}: {name} ({self.rows:,} rows scored, {rate:,.0f} rows/s)")
+        shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.1f}"  # a first small file came out at "0 rows/s"
+        self.log(f"[score] {self.paths[self.current]}: {name} ({self.rows:,} rows scored, {shown} rows/s)")
 
     def finish(self) -> None:
         """Every file whole: a run that delivered fewer rows than its files hold is an error, not a short file."""

@@ -42,6 +42,19 @@ def test_rows_that_straddle_files_go_to_each_files_part_whole_and_in_order(tmp_p
     assert len(said) == 4
 
 
+def test_a_slow_rate_is_said_with_a_decimal_not_as_zero(tmp_path):
+    import time
+
+    paths = _inputs(tmp_path, [3])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    said: list[str] = []
+    parts = _Parts(str(staging), paths, ["0.parquet"], [3], said.append, time.time() - 7.5)  # 3 rows in 7.5 s
+    parts.write(pq.read_table(paths[0]).append_column("score", pa.array([0.0] * 3, pa.float32())))
+    parts.finish()
+    assert said[0].endswith("(3 rows scored, 0.4 rows/s)"), said
+
+
 def test_a_run_that_delivers_too_few_or_too_many_rows_is_an_error_not_a_short_file(tmp_path):
     paths = _inputs(tmp_path, [2, 2])
     staging = tmp_path / "staging"
