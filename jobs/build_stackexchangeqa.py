@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 if __package__ in (None, ""):  # run as `python jobs/x.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from pipelines.negatives import shortfall_text
 from pipelines.stackexchangeqa import DROP_REASONS, BuildConfig
 from runtime.checks import MissingInput, UsageError
 from runtime.ray_env import add_local_ray_options
@@ -338,6 +339,11 @@ def summary(stats: dict) -> str:
         f"{pairs['negative']:,} negative ({pairs['negatives_per_positive']} per positive; "
         f"paper {stats['paper']['negatives_per_positive']})"
     )
+    if pairs.get("negatives_short"):
+        config = stats["config"]
+        mined = stats.get("negatives", {}).get("drawn") == "mined"
+        short = shortfall_text(pairs["negatives_short"], config["negatives"], config["negative_pool"], mined)
+        lines.append(f"  {short}")
     for split, s in stats["splits"].items():
         lines.append(f"  {split:<6} {s['questions']:>7,} questions {s['rows']:>9,} rows {s['shards']:>4} shards")
     lines.append(f"kept {q['kept']:,} questions and {a['kept']:,} positive answers in {stats['seconds']} s")

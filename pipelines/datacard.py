@@ -41,6 +41,7 @@ def card_json(stats: dict) -> dict:
         "positives, real answers to other questions "
         + ("mined by a model as negatives" if negatives.get("drawn") == "mined" else "sampled as negatives"),
         "negatives": negatives,
+        "shortfall": _shortfall(stats),
         "ours_vs_paper": {
             "positive_pairs": [pairs["positive"], paper["positive_pairs"]],
             "negative_pairs": [pairs["negative"], paper["negative_pairs"]],
@@ -64,6 +65,18 @@ def card_json(stats: dict) -> dict:
     }
 
 
+def _shortfall(stats: dict) -> dict | None:
+    """How many negatives fewer than asked the build has, and why; None where it has them all."""
+    from pipelines.negatives import shortfall_text
+
+    short, config = stats["pairs"].get("negatives_short"), stats.get("config", {})
+    if not short or "negatives" not in config:
+        return None
+    mined = stats.get("negatives", {}).get("drawn") == "mined"
+    why = shortfall_text(short, config["negatives"], config.get("negative_pool", "site"), mined)
+    return {"negatives": short, "why": why}
+
+
 def card_markdown(card: dict) -> str:
     paper = card["ours_vs_paper"]
     funnel = card["funnel"]
@@ -83,7 +96,8 @@ def card_markdown(card: dict) -> str:
             ],
         ),
         "",
-        "The paper crawled every Stack Exchange site; a build from a few sites is proportionally smaller.",
+        "The paper crawled every Stack Exchange site; a build from a few sites is proportionally smaller."
+        + (f" {card['shortfall']['why']}." if card.get("shortfall") else ""),
         "",
         "## Funnel",
         "",

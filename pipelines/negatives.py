@@ -36,6 +36,23 @@ from pipelines.blocks import trim_when_idle
 
 POOL_MODES = ("site", "any", "tag")
 
+# Where a question's negatives come from, by --negative-pool (pool_rows): what a shortfall is short of.
+POOL_WORDS = {
+    "site": "its site's answers in its split",
+    "any": "every site's answers in its split",
+    "tag": "its site's answers under one of its tags (seeded) in its split",
+}
+
+
+def shortfall_text(short: int, asked: float, mode: str, mined: bool = False) -> str:
+    """Why a build has fewer negatives per positive than asked, in words for its summary and data card."""
+    guard = ", nor those the false-negative guard passes over" if mined else ""
+    return (
+        f"{short:,} negatives short of {asked:g} per positive: a question draws from {POOL_WORDS[mode]} "
+        f"(not its own answers{guard}; none twice), and some of those hold too few"
+    )
+
+
 REQUESTS = pa.schema(
     [
         ("kind", pa.string()),
@@ -461,11 +478,13 @@ def pool_and_requests(batch: pa.Table, sizes_ref, bucket_size: int, asks: str, *
 
 
 def _sample_and_count(block: pa.Table, seed: int) -> tuple[pa.Table, dict]:
-    """`sample_buckets`' rows, and their number and the negatives they fell short of (a side result)."""
+    """`sample_buckets`' rows, and the negatives drawn and those they fell short of (a side result). A row that
+    only carries a shortfall is no negative: the build's progress line counted them among its negatives."""
     import pyarrow.compute as pc
 
     drawn = sample_buckets(block, seed)
-    return drawn, {"rows": drawn.num_rows, "short": int(pc.sum(drawn["short"]).as_py() or 0)}
+    negatives = int(pc.sum(pc.equal(drawn["short"], 0)).as_py() or 0)
+    return drawn, {"rows": negatives, "short": int(pc.sum(drawn["short"]).as_py() or 0)}
 
 
 def negative_blocks(

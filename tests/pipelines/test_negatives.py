@@ -180,3 +180,36 @@ def test_a_bucket_never_gives_a_question_its_own_answers_or_more_than_it_has():
     q2 = [r["aid"] for r in out if r["qid"] == "q2" and r["aid"]]
     assert len(q2) == 3 == len(set(q2)) and not any(a.startswith("a2-") for a in q2) and q2 == sorted(q2)
     assert out == sample_buckets(pa.Table.from_pylist((pool + requests)[::-1], schema=REQUESTS), seed=3).to_pylist()
+
+
+def test_a_partitions_count_is_of_negatives_not_of_the_rows_that_carry_a_shortfall(ray_local):
+    """The build's progress line sums these counts: it said 110,292 negatives where the shards got 110,268 (24
+    rows that only carry a shortfall, on the eleven-site build)."""
+    import pyarrow.compute as pc
+    import ray
+    import ray.data
+
+    from pipelines.blocks import materialised_blocks
+    from pipelines.negatives import count_pool_groups, negative_blocks
+
+    positives, pool = _threads(n_questions=3, answers_per_question=2, sites=("c.com",))  # too few for k = 3
+
+    def refs_and_bytes(ds):
+        refs, _, sizes = materialised_blocks(ds)
+        return refs, sizes
+
+    pool_ds, positives_ds = (ray.data.from_items(r, override_num_blocks=2).materialize() for r in (pool, positives))
+    results = negative_blocks(
+        refs_and_bytes(pool_ds),
+        refs_and_bytes(positives_ds),
+        k=3,
+        seed=5,
+        pool_sizes=count_pool_groups(pool_ds, "site"),
+        bucket_size=16,
+        partitions=2,
+    )
+    blocks, counts = ray.get([b for b, _, _ in results]), ray.get([c for _, c, _ in results])
+    drawn = sum(int(pc.sum(pc.equal(b["short"], 0)).as_py() or 0) for b in blocks)
+    assert sum(b.num_rows for b in blocks) > drawn > 0  # rows that only carry a shortfall are there
+    assert sum(c["rows"] for c in counts) == drawn
+    assert sum(c["short"] for c in counts) == sum(int(pc.sum(b["short"]).as_py() or 0) for b in blocks) > 0
