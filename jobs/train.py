@@ -51,8 +51,9 @@ def fetch(source: str, destination: str) -> None:
 
 
 def print_dev_figures(summary: dict) -> None:
-    """The model's dev figures, and beside them (ranking) what a random and a word-overlap ranking score on the
-    same questions."""
+    """The model's dev figures at the last step, and at the best checkpoint where that is another (the one
+    --test-split and evaluate.py score: a run stopped by --patience ends evaluations after it), and beside them
+    (ranking) what a random and a word-overlap ranking score on the same questions."""
     from training.progress import figure_cells
 
     m = summary["metrics"]
@@ -63,10 +64,19 @@ def print_dev_figures(summary: dict) -> None:
     def shown(figures: dict) -> str:
         return "  ".join(figure_cells(figures, names))
 
+    best = summary.get("best") or {}
+    rows = [(summary["model"], m, "")]
+    if best.get("dev") and best["step"] != summary["steps"]:
+        rows = [
+            (f"{summary['model']} step {summary['steps']}", m, "  last step"),
+            (f"{summary['model']} step {best['step']}", best["dev"], "  best checkpoint"),
+        ]
+    width = max(16, *(len(name) + 2 for name, _, _ in rows))
     print(f"dev {m['questions']} questions:", file=sys.stderr)
-    print(f"  {summary['model']:<16}{shown(m)}", file=sys.stderr)
+    for name, figures, note in rows:
+        print(f"  {name:<{width}}{shown(figures)}{note}", file=sys.stderr)
     for name, figures in (summary.get("references") or {}).items():
-        print(f"  {name.replace('_', ' '):<16}{shown(figures)}", file=sys.stderr)
+        print(f"  {name.replace('_', ' '):<{width}}{shown(figures)}", file=sys.stderr)
 
 
 def main(argv=None) -> int:

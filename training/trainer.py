@@ -359,6 +359,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "step": best_metrics["step"],
             "metric": metric,
             "value": best_metrics[SCORE],
+            "dev": {k: v for k, v in best_metrics.get("dev", {}).items() if k != "skipped"},
         }
     test = held_out_figures(cfg, result, best) if cfg.test_split and not interrupted else None
     curve_png = run_dir(cfg) + "/training_curve.png"
