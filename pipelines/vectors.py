@@ -16,7 +16,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -36,6 +36,11 @@ class VectorsError(ValueError):
 # What --output and its report beside it hold, and so the only files a new matrix replaces
 VECTORS = FileKind("an earlier word-vector matrix (.npy)", "npy")
 VECTORS_REPORT = FileKind("an earlier word-vector report (JSON with oov_rate)", "json", "oov_rate")
+
+
+# What trains fastText's vectors (train_fasttext), recorded beside them; the encoder's and the loaded vectors'
+# options (encoder_batch, lowercase_fallback, ...) were listed there too, though no fastText run reads them.
+FASTTEXT_OPTIONS = ("dim", "epochs", "window", "min_count", "min_n", "max_n", "workers", "seed")
 
 
 @dataclass
@@ -321,7 +326,7 @@ def embedding_matrix(cfg: VectorsConfig) -> tuple[np.ndarray, dict]:
         wv = train_fasttext(cfg)
         dim = cfg.dim
         source = {
-            "fasttext": {k: v for k, v in asdict(cfg).items() if k not in ("data", "vectors")},
+            "fasttext": {k: getattr(cfg, k) for k in FASTTEXT_OPTIONS},
             "trained_words": len(wv.key_to_index),
             # what gensim's training arithmetic ran on: vectors differ, in the last bits, by these (runtime/blas.py)
             "blas_kernels": openblas_kernels(),

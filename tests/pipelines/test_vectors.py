@@ -77,6 +77,17 @@ def test_fasttext_trained_on_the_split_gives_every_word_a_vector(tmp_path):
     assert matrix.shape == (len(WORDS), 16) and not matrix[0].any()
     assert stats["oov_words"] == 0 and stats["composed_from_subwords"] == 0  # every word occurs in train
     assert stats["trained_words"] == 6  # the, beer, stout, hops, Porter, yeast
+    # what trained them, and nothing that did not (the encoder's options, the output path were listed too)
+    assert stats["fasttext"] == {
+        "dim": 16,
+        "epochs": 3,
+        "window": 5,
+        "min_count": 1,
+        "min_n": 3,
+        "max_n": 6,
+        "workers": 1,
+        "seed": 1,
+    }
     again = write(VectorsConfig(data=data, dim=16, epochs=3, seed=1))
     np.testing.assert_array_equal(np.load(os.path.join(data, "embeddings.npy")), matrix)  # seeded, one thread
     assert again == stats
