@@ -147,6 +147,22 @@ def materialize(ds, wait_s: float = 2.0):
     return ds.materialize()
 
 
+def wait_saying_progress(refs: list, say: Callable[[str], None], what: str, every_s: float = 30.0) -> None:
+    """Until every one of `refs` (Ray object references, not fetched) is ready, say every `every_s` how many are,
+    in how long, and when the rest should be: "12 of 24 WHAT in 120 s, ETA 120 s". Work done before `every_s`
+    has passed says nothing."""
+    import ray
+
+    pending, total = list(refs), len(refs)
+    started = time.monotonic()
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=every_s, fetch_local=False)
+        if pending:
+            done, took = total - len(pending), time.monotonic() - started
+            eta = f", ETA {took / done * len(pending):,.0f} s" if done else ""
+            say(f"{done:,} of {total:,} {what} in {took:,.0f} s{eta}")
+
+
 def materialised_blocks(ds) -> tuple[list, list[int], list[int]]:
     """A materialised Ray Data dataset's block references, with each block's rows and bytes from its metadata (no
     task reads the blocks to count them)."""

@@ -326,13 +326,14 @@ def mined_negative_blocks(
     partitions: int,
     task_bytes: int = 32 << 20,
     gpus: float = 0.0,
+    map_done: list | None = None,
 ) -> list[tuple]:
     """Mined negatives over block references, as `pipelines.negatives.negative_blocks` gives random ones: for
     each partition, references to its NEGATIVES block, to its summary (`mine_block`: "rows" and "short" among
     it) and to the block's bytes, not waited for. The shuffle's map tasks turn each block of `threads` into
     MINING rows (`prepare`) and embed their texts, a block each in parallel (with `gpus` GPUs); the shuffle by
     pool group brings each group whole to one task, which compares vectors (and runs the checkpoint, with `gpus`
-    GPUs, where one re-ranks)."""
+    GPUs, where one re-ranks). `map_done` gets a reference per embedding task (`hash_shuffle`)."""
     from pipelines.shuffle import composed, hash_shuffle
 
     on_gpus = {"num_gpus": gpus} if gpus else None
@@ -346,6 +347,7 @@ def mined_negative_blocks(
         task_bytes=task_bytes,
         map_resources=on_gpus,
         reduce_resources=on_gpus if miner.spec.checkpoint else None,
+        map_done=map_done,
     )
 
 

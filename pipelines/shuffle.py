@@ -126,6 +126,7 @@ def hash_shuffle(
     max_shards: int = MAX_SHARDS,
     map_resources: dict | None = None,
     reduce_resources: dict | None = None,
+    map_done: list | None = None,
 ) -> list[tuple]:
     """Rows of every source (block references, their bytes, and the function that prepares each block, or None)
     brought together by `keys` into `partitions` blocks, each passed whole to `reduce(block, **reduce_kwargs)` in a
@@ -135,7 +136,10 @@ def hash_shuffle(
     block first), then the block's bytes. Nothing is waited for: tasks run as their inputs come. A source's blocks
     may be released by the caller once this returns: the map tasks hold them until they have read them. Prepared
     blocks must share one schema. `map_resources` and `reduce_resources`: Ray resources each map or reduce task
-    asks for besides its CPU (`{"num_gpus": 1}` where `prepare` or `reduce` runs a model)."""
+    asks for besides its CPU (`{"num_gpus": 1}` where `prepare` or `reduce` runs a model). `map_done`, where given,
+    gets a reference per map task that is ready once the task has ended (its first shard): what a caller whose
+    `prepare` is the long part (a model embedding every text) counts progress by, reduce tasks ending only after
+    every map task."""
     import ray
 
     if partitions < 1:
@@ -152,6 +156,8 @@ def hash_shuffle(
         for task in map_tasks(sizes, partitions, task_bytes, max(1, max_shards * len(blocks) // max(1, total))):
             out = cut.remote(prepare, list(keys), partitions, *(blocks[i] for i in task))
             shards.append([out] if partitions == 1 else out)
+            if map_done is not None:
+                map_done.append(shards[-1][0])
     if not shards:
         raise ValueError("a shuffle needs at least one block to read")
     gather = ray.remote(num_cpus=1, num_returns=returns + 1)(_reduce).options(

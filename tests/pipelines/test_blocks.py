@@ -2,6 +2,7 @@
 
 import logging
 import random
+import re
 import threading
 import time
 
@@ -163,3 +164,27 @@ def test_wait_for_free_cpu_gives_up_when_the_cpus_stay_taken(ray_local):
     finally:
         ray.kill(holder)
     assert wait_for_free_cpu(wait_s=5)
+
+
+def test_waiting_on_tasks_says_how_many_are_done_and_when_the_rest_should_be(ray_local):
+    import ray
+
+    from pipelines.blocks import wait_saying_progress
+
+    @ray.remote(num_cpus=0)
+    def sleep(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    said: list[str] = []
+    refs = [sleep.remote(s) for s in (0.0, 0.0, 2.0)]
+    wait_saying_progress(refs, said.append, "blocks embedded", every_s=0.5)
+    assert ray.get(refs, timeout=0) == [0.0, 0.0, 2.0]  # returned once every one was ready
+    lines = [re.fullmatch(r"(\d) of 3 blocks embedded in \d+ s(, ETA \d+ s)?", line) for line in said]
+    assert said and all(lines), said
+    done = [int(m.group(1)) for m in lines]
+    assert done == sorted(done) and max(done) < 3, said
+    assert all((m.group(2) is not None) == (n > 0) for m, n in zip(lines, done)), said  # an ETA once one is done
+    said.clear()
+    wait_saying_progress([sleep.remote(0.0)], said.append, "blocks embedded", every_s=5)
+    assert said == []  # done before a line was due: nothing said

@@ -70,7 +70,8 @@ def test_hash_shuffle_brings_keys_together_with_side_results(ray_local):
 
     first, second = [_block(0, 40), _block(40, 25)], [_block(100, 30)]
     prepare = composed(_not_last, _double_row)
-    for max_shards in (1_000_000, 6):  # one block per map task, and blocks gathered into map tasks
+    for max_shards, tasks in ((1_000_000, 3), (6, 2)):  # one block per map task, and blocks gathered
+        map_done: list = []
         results = hash_shuffle(
             [
                 ([ray.put(b) for b in first], [b.nbytes for b in first], None),
@@ -83,7 +84,9 @@ def test_hash_shuffle_brings_keys_together_with_side_results(ray_local):
             returns=2,
             task_bytes=1,
             max_shards=max_shards,
+            map_done=map_done,
         )
+        assert len(map_done) == tasks and ray.get(map_done)  # a reference per map task, ready once it ended
         blocks = ray.get([block for block, _, _ in results])
         sides = ray.get([side for _, side, _ in results])
         assert ray.get([size for _, _, size in results]) == [b.nbytes for b in blocks]
