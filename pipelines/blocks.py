@@ -147,6 +147,36 @@ def materialize(ds, wait_s: float = 2.0):
     return ds.materialize()
 
 
+def materialize_saying_progress(ds, say: Callable[[str], None], what: str, total: int | None = None, every_s=30.0):
+    """`materialize(ds)`, saying every `every_s` how many rows it has made (of `total`, with a rate and an ETA), and
+    at the end how many in how long; work done in less than `every_s` says nothing. The rows are counted from the
+    finished blocks' metadata as Ray Data hands them over, in order (a block at a time: a read Parquet file is
+    one), and the result holds the same blocks, so it is the dataset `materialize` gives."""
+    import ray
+
+    if not wait_for_free_cpu():
+        return materialize(ds)  # which says why it may wait
+    refs, rows, started = [], 0, time.monotonic()
+    said_at = started
+    for bundle in ds.iter_internal_ref_bundles():
+        for entry in bundle.blocks:
+            refs.append(entry.ref)
+            rows += entry.metadata.num_rows or 0
+        now = time.monotonic()
+        if now - said_at >= every_s and not (total and rows >= total):  # the last line says the whole
+            took = now - started
+            of = f" of {total:,}" if total else ""
+            eta = f", ETA {took / rows * (total - rows):,.0f} s" if total and rows and total > rows else ""
+            say(f"{what}: {rows:,}{of} rows in {took:,.0f} s ({rows / took:,.0f} rows/s){eta}")
+            said_at = now
+    took = time.monotonic() - started
+    if took >= every_s:
+        say(f"{what}: {rows:,} rows in {took:,.0f} s ({rows / took:,.0f} rows/s)")
+    if not refs:
+        return ds.materialize()  # no block: Ray Data's own empty dataset, with its schema
+    return ray.data.from_arrow_refs(refs)
+
+
 def wait_saying_progress(refs: list, say: Callable[[str], None], what: str, every_s: float = 30.0) -> None:
     """Until every one of `refs` (Ray object references, not fetched) is ready, say every `every_s` how many are,
     in how long, and when the rest should be: "12 of 24 WHAT in 120 s, ETA 120 s". Work done before `every_s`

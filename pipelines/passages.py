@@ -21,7 +21,7 @@ import re
 
 import pyarrow as pa
 
-from pipelines.blocks import materialize
+from pipelines.blocks import materialize_saying_progress
 from pipelines.readers.common import ReaderError
 from pipelines.readers.passages import PASSAGE_READERS
 
@@ -226,7 +226,7 @@ def write_passages(cfg) -> dict:
     from ray.data.expressions import col
 
     from pipelines.atomic import staged_dir
-    from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
+    from pipelines.shards import JOB, earlier_tokenisation, manifest_for, say_progress, write_shards
     from pipelines.vocabulary import vocabulary_for
 
     options = {"contexts": cfg.quasart_contexts} if cfg.dataset == "quasart" else {}
@@ -248,14 +248,17 @@ def write_passages(cfg) -> dict:
         for split, table in corpus.splits.items():
             table = table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
             blocks += [table.slice(i, 256) for i in range(0, table.num_rows, 256)]  # ~2k context tokens a question
-        tokenised = materialize(
+        tokenised = materialize_saying_progress(
             ray.data.from_arrow(blocks).map_batches(
                 PassageTokenizer,
                 batch_format="pyarrow",
                 batch_size=64,
                 fn_constructor_kwargs={"lowercase": cfg.lowercase, "max_context_tokens": cfg.max_context_tokens},
                 compute=ActorPoolStrategy(min_size=1, max_size=max(1, int(ray.cluster_resources().get("CPU", 1)))),
-            )
+            ),
+            say_progress,
+            "every split",
+            sum(table.num_rows for table in corpus.splits.values()),
         )
         counts = _split_counts(tokenised)
         kept = {

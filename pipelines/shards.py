@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 
@@ -20,6 +21,13 @@ from pipelines.vocabulary import RESERVED, Vocabulary
 from runtime.checks import MissingInput
 
 JOB = "tokenize_corpora"  # the job that writes tokenised folders: the name its outputs carry (pipelines.atomic)
+
+
+def say_progress(line: str) -> None:
+    """A tokenisation's progress line on stderr, as the build's `[build] ...` lines."""
+    print(f"[tokenise] {line}", file=sys.stderr, flush=True)
+
+
 # A tokenised folder written before outputs carried a completion marker: its manifest, with splits and vocabulary.
 earlier_tokenisation = recognised_by("manifest.json", "splits", "vocab_sha256")
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipelines.atomic import check_output, staged_dir
-from pipelines.blocks import materialize
+from pipelines.blocks import materialize, materialize_saying_progress
 from pipelines.schemas import QA_PAIRS, TOKENISED_PAIRS, check_parquet_files, conform, parquet_files
-from pipelines.shards import JOB, earlier_tokenisation, manifest_for, write_shards
+from pipelines.shards import JOB, earlier_tokenisation, manifest_for, say_progress, write_shards
 from pipelines.vocabulary import RESERVED, Vocabulary, counts_table, vocabulary_for
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
 
@@ -284,7 +284,11 @@ def _write(cfg: TokenizeConfig) -> dict:
         return write_passages(cfg)
     with staged_dir(cfg.output, JOB, cfg.input_paths(), earlier_tokenisation) as staging:
         datasets, found = input_splits(cfg)
-        tokenised = {split: materialize(ds) for split, ds in tokenised_splits(cfg, datasets).items()}
+        pairs = {split: sizes.get("pairs") for split, sizes in found.get("sizes", {}).items()}
+        tokenised = {
+            split: materialize_saying_progress(ds, say_progress, split, pairs.get(split))
+            for split, ds in tokenised_splits(cfg, datasets).items()
+        }
         vocab = vocabulary_for(tokenised["train"], cfg, count_tokens)
         vocab.save(os.path.join(staging, "vocab.json"))
         manifest = manifest_for(cfg, "tokenised_pairs", vocab, found, staging)
