@@ -136,7 +136,13 @@ def materialize(ds, wait_s: float = 2.0):
     Ray Data's own check of this ("The Ray cluster currently does not have any available CPUs. The Dataset job
     will hang ...") also runs as each materialisation ends, on the finished blocks, while the stage's own actor
     pool still holds its CPUs: it came now and then after a tokenisation's or a build's stage that did not hang.
-    The jobs keep that line off the console (`runtime.ray_env.NoFreeCpuFilter`) and say this one instead."""
+    The jobs (without --verbose) keep that line off the console (`runtime.ray_env.NoFreeCpuFilter`) and say this
+    one instead."""
+    _wait_for_free_cpu_or_say(wait_s)
+    return ds.materialize()
+
+
+def _wait_for_free_cpu_or_say(wait_s: float) -> None:
     if not wait_for_free_cpu(wait_s):
         print(
             f"[ray] no CPU of the Ray cluster has been free for {wait_s:g} s: the next stage starts once one is "
@@ -144,7 +150,6 @@ def materialize(ds, wait_s: float = 2.0):
             file=sys.stderr,
             flush=True,
         )
-    return ds.materialize()
 
 
 def materialize_saying_progress(ds, say: Callable[[str], None], what: str, total: int | None = None, every_s=30.0):
@@ -154,8 +159,7 @@ def materialize_saying_progress(ds, say: Callable[[str], None], what: str, total
     one), and the result holds the same blocks, so it is the dataset `materialize` gives."""
     import ray
 
-    if not wait_for_free_cpu():
-        return materialize(ds)  # which says why it may wait
+    _wait_for_free_cpu_or_say(2.0)
     refs, rows, started = [], 0, time.monotonic()
     said_at = started
     for bundle in ds.iter_internal_ref_bundles():
