@@ -63,18 +63,19 @@ class ScoreConfig:
         if self.score_column in (self.question_column, self.answer_column):
             raise UsageError(f"--score-column {self.score_column}: the text column it would replace")
 
-    def check_inputs(self) -> tuple[str, list[str]]:
+    def check_inputs(self) -> tuple[str, str, list[str]]:
         """What the run would refuse first: the checkpoint (resolved from a run folder; an answer-selection
         model's), the input files (Parquet, each with both text columns, no --score-column), and an --output that
-        would replace an input or a folder of something else. Returns (checkpoint, input files)."""
+        would replace an input or a folder of something else. Returns (checkpoint, why it was chosen, input
+        files)."""
         import pyarrow.parquet as pq
 
         from qa_models import MODELS
-        from training.checkpoints import checkpoint_summary, resolve_checkpoint
+        from training.checkpoints import checkpoint_summary, choose_checkpoint
 
         if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
             raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
-        checkpoint = resolve_checkpoint(self.checkpoint, self.which)
+        checkpoint, chosen = choose_checkpoint(self.checkpoint, self.which)
         model = checkpoint_summary(checkpoint).get("train", {}).get("model")
         if model in MODELS and getattr(MODELS[model], "inputs", None) == "passages":
             raise UsageError(f"--checkpoint {checkpoint}: a {model} checkpoint, a reading-comprehension model")
@@ -93,7 +94,7 @@ class ScoreConfig:
                     "the answer's votes), which the output would replace; name another with --score-column"
                 )
         check_output(self.output, JOB, inputs=[self.input, checkpoint])
-        return checkpoint, files
+        return checkpoint, chosen, files
 
 
 def input_files(path: str) -> list[str]:
@@ -287,7 +288,8 @@ def score(cfg: ScoreConfig, log=print) -> dict:
 
     from training.rows import read_pieces
 
-    checkpoint, files = cfg.check_inputs()
+    checkpoint, chosen, files = cfg.check_inputs()
+    log(f"[score] {checkpoint}: {chosen}")
     plan = plan_of(cfg, checkpoint, files)
     staging, done = prepared_staging(cfg, plan)
     pending = [n for n in range(len(files)) if n not in done]
@@ -335,6 +337,7 @@ def score(cfg: ScoreConfig, log=print) -> dict:
         "job": JOB,
         "config": asdict(cfg),
         "checkpoint": checkpoint,
+        "chosen": chosen,
         "checkpoint_sha256": plan["checkpoint_sha256"],
         "rows": total,
         "files": [{"path": name, "input": path} for name, path in zip(plan["outputs"], files)],
@@ -347,6 +350,8 @@ def score(cfg: ScoreConfig, log=print) -> dict:
     seconds = time.time() - started
     return {
         "output": cfg.output,
+        "checkpoint": checkpoint,
+        "chosen": chosen,
         "rows": total,
         "rows_scored_now": rows,
         "files": len(files),

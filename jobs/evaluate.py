@@ -86,11 +86,11 @@ def main(argv=None) -> int:
     from training.evaluation import evaluate_checkpoint, print_summary
 
     try:  # the checkpoint (its checksums), the data and the output, as the run would check them first
-        checkpoint = cfg.check_inputs()
+        checkpoint, chosen = cfg.check_inputs()
     except Exception as error:
         return fail("evaluate", error)
     if args.dry_run:
-        print(json.dumps(dict(asdict(cfg), resolved_checkpoint=checkpoint), indent=2))
+        print(json.dumps(dict(asdict(cfg), resolved_checkpoint=checkpoint, chosen=chosen), indent=2))
         return 0
     try:
         summary, records = evaluate_checkpoint(cfg)

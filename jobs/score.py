@@ -95,11 +95,15 @@ def main(argv=None) -> int:
     cfg, args = parse_args(argv)
     try:  # the actors fit the local Ray it starts; the checkpoint, every input file's columns and the output
         check_actors_fit(cfg, args.num_cpus)
-        checkpoint, files = cfg.check_inputs()
+        checkpoint, chosen, files = cfg.check_inputs()
     except Exception as error:
         return fail("score", error)
     if args.dry_run:
-        print(json.dumps(dict(asdict(cfg), resolved_checkpoint=checkpoint, input_files=len(files)), indent=2))
+        print(
+            json.dumps(
+                dict(asdict(cfg), resolved_checkpoint=checkpoint, chosen=chosen, input_files=len(files)), indent=2
+            )
+        )
         return 0
     from inference.scoring import score
     from runtime.ray_env import run_on_ray

@@ -11,6 +11,7 @@ newest intact checkpoint before it (`usable_checkpoint`)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import TYPE_CHECKING
@@ -44,6 +45,19 @@ SCORE = "select_score"  # the reported metric Ray Train ranks checkpoints by
 NO_SCORE = -1.0
 
 
+def select_score(score: float | None, earlier: list[float]) -> float:
+    """What Ray Train ranks a checkpoint by: its dev `score`, one float step below where an `earlier` evaluation
+    of the run reached the same score. Ray Train ranks a tie above the checkpoints before it and drops the earlier
+    ones first; the run's best is the first to reach its highest score, as --patience counts (a tie is no
+    improvement), so a later tie ranks below it. The step (about 1e-16) changes no figure shown."""
+    if score is None:
+        return NO_SCORE
+    rank = float(score)
+    for _ in range(sum(1 for value in earlier if value == score)):
+        rank = math.nextafter(rank, -math.inf)
+    return rank
+
+
 def scored_checkpoints(result) -> list:
     """(checkpoint, metrics) of a Ray Train result's kept checkpoints that were evaluated on dev."""
     return [(c, m) for c, m in result.best_checkpoints or [] if m.get(SCORE) is not None and m[SCORE] > NO_SCORE]
@@ -52,10 +66,17 @@ def scored_checkpoints(result) -> list:
 def resolve_checkpoint(path: str, which: str = "best") -> str:
     """A checkpoint folder: `path` itself (it holds state.pt, or is a URI), or the best or latest checkpoint of
     the run folder `path` (STORAGE/NAME of jobs/train.py)."""
+    return choose_checkpoint(path, which)[0]
+
+
+def choose_checkpoint(path: str, which: str = "best") -> tuple[str, str]:
+    """`resolve_checkpoint`'s checkpoint, and why it was chosen, in words a job prints beside its figures: the
+    best by dev metric (its value and step), the latest, or the latest where `which` asked for the best of a run
+    that no dev evaluation ranked."""
     if "://" not in path:  # Ray Train reads a run folder as a URI, and a relative path is not one
         path = os.path.abspath(path)
     if "://" in path or os.path.exists(os.path.join(path, STATE_FILE)):
-        return path
+        return path, "the checkpoint named"
     if not os.path.exists(os.path.join(path, "checkpoint_manager_snapshot.json")):
         raise MissingInput(
             f"{path}: neither a checkpoint (no {STATE_FILE}) nor a run folder of jobs/train.py "
@@ -66,8 +87,17 @@ def resolve_checkpoint(path: str, which: str = "best") -> str:
     if which == "latest" or not scored:
         if result.checkpoint is None:
             raise MissingInput(f"{path}: the run has no checkpoint yet")
-        return result.checkpoint.path
-    return max(scored, key=lambda pair: pair[1][SCORE])[0].path
+        why = f"the run's latest checkpoint (step {(result.metrics or {}).get('step', '?')})"
+        if which != "latest":
+            why += ": no dev evaluation ranked the run's checkpoints, so none is its best"
+        return result.checkpoint.path, why
+    checkpoint, metrics = max(scored, key=lambda pair: pair[1][SCORE])
+    dev = metrics.get("dev") or {}
+    # a run reported before its reports named the metric: the dev figure its score was (the first, on a tie)
+    metric = metrics.get("select_metric") or next((n for n, v in dev.items() if v == metrics[SCORE]), None)
+    value = dev.get(metric, metrics[SCORE])
+    ranked_by = f"dev {metric.upper() if metric else 'score'} {value:.4f}"
+    return checkpoint.path, f"the run's best checkpoint by {ranked_by} (step {metrics.get('step', '?')})"
 
 
 def run_result(run: str):

@@ -16,7 +16,7 @@ import torch
 from pipelines.atomic import FileKind
 from pipelines.shards import read_manifest
 from runtime.checks import MissingInput, UsageError, integer_at_least, one_of
-from training.checkpoints import check_vocabulary_fits, load_checkpoint, resolve_checkpoint
+from training.checkpoints import check_vocabulary_fits, choose_checkpoint, load_checkpoint
 from training.config import TrainConfig, autocast_dtype, check_device, resolve_device
 from training.data import ROW, Batcher, check_data_fits_model, eval_batches, in_file_order, to_device
 from training.progress import figure_cells
@@ -167,13 +167,14 @@ def evaluations_since_best(dev_history: list, metric: str) -> int:
 
 
 def best_so_far(score: float | None, earlier: list, metric: str) -> bool:
-    """Whether the last step's dev `score` is at least every earlier evaluation's (`dev_history` entries): then
-    the final weights are the run's best, and rank 0 scores --test-split with them in place. Otherwise the job
-    scores the best checkpoint afterwards (`held_out_figures`). No score (a dev set without figures): the final
-    weights, as the job would pick."""
+    """Whether the last step's dev `score` is above every earlier evaluation's (`dev_history` entries): then the
+    final weights are the run's best, and rank 0 scores --test-split with them in place. Otherwise the job scores
+    the best checkpoint afterwards (`held_out_figures`). A tie is no improvement: the best is the first to reach
+    the highest score, as --patience counts and checkpoints rank (`checkpoints.select_score`). No score (a dev set
+    without figures): the final weights, as the job would pick."""
     if score is None:
         return True
-    return all(score >= figures[metric] for _, figures in earlier if figures.get(metric) is not None)
+    return all(score > figures[metric] for _, figures in earlier if figures.get(metric) is not None)
 
 
 def dev_references(paths: list[str], policy: str, seed: int) -> dict:
@@ -215,10 +216,10 @@ class EvaluateConfig:
         if not (self.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", self.device)):
             raise UsageError(f"--device must be auto, cpu, cuda or cuda:N; got {self.device!r}")
 
-    def check_inputs(self) -> str:
+    def check_inputs(self) -> tuple[str, str]:
         """What evaluation would refuse first: the checkpoint (resolved from a run folder, its files checked
         against their checksums), the data's manifest and split, and an --output that would replace an input.
-        Returns the checkpoint to score."""
+        Returns the checkpoint to score and why it was chosen (`checkpoints.choose_checkpoint`)."""
         from pipelines.atomic import check_output_file
         from pipelines.shards import shard_paths, tokenised_files
         from training.checkpoints import checkpoint_summary
@@ -226,7 +227,7 @@ class EvaluateConfig:
         check_device(self.device)
         if "://" not in self.checkpoint and not os.path.exists(self.checkpoint):
             raise MissingInput(f"--checkpoint {self.checkpoint}: no such checkpoint or run folder")
-        checkpoint = resolve_checkpoint(self.checkpoint, self.which)
+        checkpoint, chosen = choose_checkpoint(self.checkpoint, self.which)
         summary = checkpoint_summary(checkpoint)
         manifest = read_manifest(self.data)
         if self.split not in manifest.get("splits", {}):
@@ -244,14 +245,14 @@ class EvaluateConfig:
                 else tokenised_files(self.data),
                 kind=PER_QUESTION_RESULTS,
             )
-        return checkpoint
+        return checkpoint, chosen
 
 
 def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
 
     from pipelines.shards import shard_paths
 
-    checkpoint = resolve_checkpoint(cfg.checkpoint, cfg.which)
+    checkpoint, chosen = choose_checkpoint(cfg.checkpoint, cfg.which)
     device = resolve_device(cfg.device)
     model, train_cfg, state, saved = load_checkpoint(checkpoint, device)
     manifest = read_manifest(cfg.data)
@@ -271,6 +272,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig) -> tuple[dict, list[dict]]:
     )
     summary = {
         "checkpoint": checkpoint,
+        "chosen": chosen,
         "model": train_cfg.model,
         "step": state.get("step", saved.get("step")),
         "split": cfg.split,
@@ -368,7 +370,9 @@ def rank_zero_shot(cfg: ZeroShotConfig) -> tuple[dict, list[dict]]:
 
 def print_summary(summary: dict, ranked_by: str = "") -> None:
     """The figures of a scored split on one stderr line (after `ranked_by`, what ranked it, where given); the JSON
-    summary follows on stdout."""
+    summary follows on stdout. A checkpoint's summary names it first, and why it was the one scored."""
+    if summary.get("chosen"):
+        print(f"{summary['model']} {summary['checkpoint']}: {summary['chosen']}", file=sys.stderr)
     shown = "  ".join(figure_cells(summary["metrics"], digits=4))
     print(
         f"{ranked_by + ', ' if ranked_by else ''}{summary['split']}: {shown}  over "

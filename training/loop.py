@@ -33,13 +33,13 @@ import torch
 from runtime.allocator import reuse_large_blocks
 from runtime.stop import StopWatch
 from training.checkpoints import (
-    NO_SCORE,
     SCORE,
     STATE_FILE,
     VOCAB_FILE,
     load_pretrained,
     load_state_file,
     predictions_name,
+    select_score,
     usable_checkpoint,
     write_checkpoint,
     write_jsonl,
@@ -523,6 +523,9 @@ class WorkerRun:
         import ray.train
 
         score = (metrics.get("dev") or {}).get(self.metric)
+        earlier = [
+            f[self.metric] for step, f in self.dev_history if step != self.step and f.get(self.metric) is not None
+        ]
         trained = self.trained_before + time.time() - self.segment_started  # every invocation's, lost work aside
         # copies: Ray Train may serialise the metrics after the run has moved on and appended to its lists
         metrics = dict(
@@ -536,7 +539,8 @@ class WorkerRun:
             resumed_trained_seconds=self.trained_before,
             precision=precision_name(self.dtype),  # what --precision auto resolved to on this device
             device=self.device.type,
-            **{SCORE: float(score) if score is not None else NO_SCORE},
+            select_metric=self.metric,
+            **{SCORE: select_score(score, earlier)},
         )
         if self.scalars is None:  # ranks other than 0
             ray.train.report(metrics, checkpoint=None)

@@ -358,7 +358,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "checkpoint": checkpoint.path,
             "step": best_metrics["step"],
             "metric": metric,
-            "value": best_metrics[SCORE],
+            "value": best_metrics.get("dev", {}).get(metric, best_metrics[SCORE]),
             "dev": {k: v for k, v in best_metrics.get("dev", {}).items() if k != "skipped"},
         }
     test = held_out_figures(cfg, result, best) if cfg.test_split and not interrupted else None

@@ -131,6 +131,10 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
     summary = score(cfg, log=lambda line: None)
     out = tmp_path / "out"
     assert output_job(str(out)) == JOB and summary["rows"] == summary["rows_scored_now"]
+    best = trained["best"]
+    assert summary["checkpoint"] == checkpoint and summary["chosen"] == (
+        f"the run's best checkpoint by dev MAP {best['value']:.4f} (step {best['step']})"
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["checkpoint"] == checkpoint and [f["path"] for f in manifest["files"]] == ["a.parquet", "b.parquet"]
     scored = pa.concat_tables(pq.read_table(out / f["path"]) for f in manifest["files"])
@@ -152,7 +156,8 @@ def test_the_score_job_scores_as_evaluate_and_resumes_where_it_stopped(wikiqa, t
     first = os.stat(os.path.join(staging, "a.parquet")).st_ino
     said: list[str] = []
     resumed = score(again, log=said.append)
-    assert said[0].startswith("[score] 1 of 2 files scored by an earlier run")
+    assert said[0] == f"[score] {checkpoint}: {summary['chosen']}"
+    assert said[1].startswith("[score] 1 of 2 files scored by an earlier run")
     assert resumed["rows"] == summary["rows"] and resumed["rows_scored_now"] == given.num_rows - len(
         pq.read_table(inputs[0])
     )

@@ -429,8 +429,9 @@ def test_killed_run_resumes_from_its_checkpoint(tokenised, tmp_path):
 def test_a_run_stops_after_patience_evaluations_without_a_new_best_and_stays_stopped(tokenised, tmp_path, ray_local):
     """--patience: with a learning rate of 0 every dev evaluation ties the first, which is no improvement, so a run
     evaluating every 2 steps with patience 2 stops at step 6 of 40, keeps its best checkpoint, and run again it
-    resumes stopped rather than training on."""
-    from training.checkpoints import read_state
+    resumes stopped rather than training on. The best is the first to reach the run's highest figure, as patience
+    counts: step 2 (Ray Train ranked the later ties above it, and kept steps 4 and 6), and --test-split scores it."""
+    from training.checkpoints import choose_checkpoint, read_state
     from training.config import TrainConfig
     from training.trainer import run
 
@@ -446,12 +447,19 @@ def test_a_run_stops_after_patience_evaluations_without_a_new_best_and_stays_sto
         dim=16,
         batch_size=8,
         log_every=2,
+        test_split="test",
     )
     summary = run(cfg)
     assert summary["steps"] == 6 and summary["stopped_early"], summary
     history = read_state(summary["checkpoint"])["dev_history"]
     assert [step for step, _ in history] == [2, 4, 6]
-    assert summary["best"]["value"] == history[0][1]["map"]
+    assert summary["best"]["value"] == history[0][1]["map"] and summary["best"]["step"] == 2
+    assert summary["test"]["step"] == 2 and summary["test"]["checkpoint"] == summary["best"]["checkpoint"]
+    run_folder = os.path.join(str(tmp_path), "patience")
+    assert choose_checkpoint(run_folder) == (
+        summary["best"]["checkpoint"],
+        f"the run's best checkpoint by dev MAP {history[0][1]['map']:.4f} (step 2)",
+    )
     again = run(cfg)
     assert again["steps"] == 6 and again["resumed_from_step"] == 6 and again["stopped_early"]
 
@@ -597,6 +605,7 @@ def test_accumulated_run_keeps_its_best_checkpoint_and_evaluate_reproduces_it(to
 
     result, records = evaluate_checkpoint(EvaluateConfig(checkpoint=str(run_dir), data=data, split="dev"))
     assert result["checkpoint"] == best["checkpoint"] and result["step"] == best_step
+    assert result["chosen"] == f"the run's best checkpoint by dev MAP {best['value']:.4f} (step {best_step})"
     assert result["metrics"]["map"] == pytest.approx(best["value"], abs=1e-9)
     kept_records = [r for r in records if r["skipped"] is None]
     assert len(kept_records) == result["metrics"]["questions"]
