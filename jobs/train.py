@@ -108,6 +108,7 @@ def main(argv=None) -> int:
                     asdict(cfg),
                     embeddings_file=plan.vectors,
                     init_checkpoint=plan.init_from,
+                    init_checkpoint_chosen=plan.init_chosen,
                     resume_from=plan.resume_from,
                     total_steps=plan.total_steps,
                     model_config=asdict(plan.model_config),

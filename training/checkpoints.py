@@ -164,12 +164,13 @@ def _read_json(file: str, path: str) -> dict:
         raise CheckpointError(f"{file}: damaged ({error})") from None
 
 
-def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
-    """The checkpoint --init-from names and its model config, after checking it fits this run: the same model
-    and, for word-id models, the same vocabulary (by checksum) as --data."""
+def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict, str]:
+    """The checkpoint --init-from names, its model config and why it was chosen (`choose_checkpoint`: a run's
+    best), after checking it fits this run: the same model and, for word-id models, the same vocabulary (by
+    checksum) as --data."""
     if not cfg.init_from:
         raise ValueError("pretrained_config needs --init-from")
-    path = resolve_checkpoint(cfg.init_from, "best")
+    path, chosen = choose_checkpoint(cfg.init_from, "best")
     summary = checkpoint_summary(path)
     trained = summary["train"]["model"]
     if trained != cfg.model:
@@ -178,7 +179,7 @@ def pretrained_config(cfg: TrainConfig, manifest: dict) -> tuple[str, dict]:
     if config is None:
         raise CheckpointError(f"--init-from {path}: a checkpoint without its model configuration (an older run)")
     check_vocabulary_fits(summary, manifest, cfg.data, path, "--init-from's checkpoint")
-    return path, config
+    return path, config, chosen
 
 
 def check_vocabulary_fits(summary: dict, manifest: dict, data: str, checkpoint: str, whose: str) -> None:

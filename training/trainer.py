@@ -62,6 +62,7 @@ class RunPlan:
     vectors: str | None
     model_config: Any  # the model's config dataclass (each model has its own)
     init_from: str | None = None
+    init_chosen: str | None = None  # why init_from is the checkpoint (`checkpoints.choose_checkpoint`)
     pretrained: dict | None = None
     # what a resume must share with the run it resumes (kept in every checkpoint's config.json): the data's manifest
     # without the folders it names, and the state.pt sha256 of the checkpoint --init-from resolved to
@@ -126,7 +127,9 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
         test_columns = test_schema.names
     vectors = embeddings_path(cfg)
     shape = embeddings_shape(vectors, manifest.get("vocab_size")) if vectors else None
-    init_from, pretrained = pretrained_config(cfg, manifest) if cfg.init_from else (None, None)
+    init_from, pretrained, init_chosen = pretrained_config(cfg, manifest) if cfg.init_from else (None, None, None)
+    if init_from:  # a run's best, or its latest where no dev evaluation ranked it: which, in the log
+        log(f"[train] --init-from {init_from}: {init_chosen}")
     try:
         config = model_config(
             cfg, manifest.get("vocab_size"), shape[1] if shape else None, data_fields(manifest), pretrained
@@ -155,6 +158,7 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
         vectors=os.path.abspath(vectors) if vectors else None,
         model_config=config,
         init_from=init_from,
+        init_chosen=init_chosen,
         pretrained=pretrained,
         data_path_free_sha256=path_free_sha256(manifest),
         init_checkpoint_sha256=state_sha256(init_from) if init_from else None,

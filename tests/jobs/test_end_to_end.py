@@ -715,6 +715,15 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
     for name, weight in before["model"].items():
         assert torch.equal(after["model"][name], weight), name
     assert configs[1]["vocab_sha256"] == configs[0]["vocab_sha256"] == manifest["vocab_sha256"]
+    # the run says which checkpoint of the pretraining run it starts from, and why that one
+    command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", target]
+    command += ["--storage-path", str(tmp_path), "--name", "finetune-2", "--init-from", str(tmp_path / "pretrain")]
+    result = subprocess.run(command + ["--dry-run"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    best = pretrain["best"]
+    chosen = f"the run's best checkpoint by dev MAP {best['value']:.4f} (step {best['step']})"
+    assert json.loads(result.stdout)["init_checkpoint_chosen"] == chosen
+    assert f"[train] --init-from {best['checkpoint']}: {chosen}" in result.stderr.splitlines()
 
     own = str(tmp_path / "wikiqa-own")
     write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=own))
