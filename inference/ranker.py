@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from runtime.checks import MissingInput, UsageError
-from training.checkpoints import VOCAB_FILE, load_checkpoint, resolve_checkpoint
+from training.checkpoints import VOCAB_FILE, choose_checkpoint, load_checkpoint
 from training.config import autocast_dtype, resolve_device
 from training.data import ROW, Batcher
 from training.evaluation import score_batches
@@ -36,10 +36,13 @@ class Ranker:
     """Scores (question, answer) pairs with a trained answer-selection model; `rank` orders a question's
     candidates best first."""
 
-    def __init__(self, model, train_cfg, batcher: Batcher, device: torch.device, words=None, checkpoint: str = ""):
+    def __init__(
+        self, model, train_cfg, batcher: Batcher, device: torch.device, words=None, checkpoint: str = "", chosen=""
+    ):
         self.model, self.train_cfg, self.batcher, self.device = model, train_cfg, batcher, device
         self.words = words  # (spaCy tokenizer, vocabulary) of a word-vector model; None for a pretrained encoder
         self.checkpoint = checkpoint
+        self.chosen = chosen  # why this checkpoint of a run folder (`training.checkpoints.choose_checkpoint`)
         self.dtype = autocast_dtype(train_cfg.precision if device.type == "cuda" else "fp32", device)
 
     @classmethod
@@ -51,7 +54,7 @@ class Ranker:
 
         if "://" not in path and not os.path.exists(path):
             raise MissingInput(f"{path}: no such checkpoint or run folder")
-        checkpoint = resolve_checkpoint(path, which)
+        checkpoint, chosen = choose_checkpoint(path, which)
         torch_device = resolve_device(device)
         model, train_cfg, _, saved = load_checkpoint(checkpoint, torch_device)
         if model.inputs == "passages":
@@ -75,7 +78,7 @@ class Ranker:
             getattr(model, "objective", None),
             getattr(model.config, "max_len", None),
         )
-        return cls(model, train_cfg, batcher, torch_device, words, checkpoint)
+        return cls(model, train_cfg, batcher, torch_device, words, checkpoint, chosen)
 
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = DEFAULT_BATCH_SIZE) -> list[float]:
         """The model's score of every (question, answer) pair, in the order given; higher ranks first."""

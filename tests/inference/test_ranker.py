@@ -60,6 +60,8 @@ def test_ranker_ranks_a_wikiqa_question_as_evaluate_scores_it(wikiqa, trained):
 
     ranker = Ranker.from_checkpoint(trained["run"], device="cpu")  # the run folder: its best checkpoint
     assert ranker.checkpoint == checkpoint
+    best = trained["best"]
+    assert ranker.chosen == f"the run's best checkpoint by dev MAP {best['value']:.4f} (step {best['step']})"
     ranking = ranker.rank(question, [answers[aid] for aid in aids])
     expected = {entry["aid"]: entry["score"] for entry in record["ranking"]}
     assert sorted(i for i, _ in ranking) == list(range(len(aids)))
