@@ -128,8 +128,6 @@ def check_run(cfg: TrainConfig, log=log) -> RunPlan:
     vectors = embeddings_path(cfg)
     shape = embeddings_shape(vectors, manifest.get("vocab_size")) if vectors else None
     init_from, pretrained, init_chosen = pretrained_config(cfg, manifest) if cfg.init_from else (None, None, None)
-    if init_from:  # a run's best, or its latest where no dev evaluation ranked it: which, in the log
-        log(f"[train] --init-from {init_from}: {init_chosen}")
     try:
         config = model_config(
             cfg, manifest.get("vocab_size"), shape[1] if shape else None, data_fields(manifest), pretrained
@@ -321,6 +319,7 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
             "select_metric": metric,
             "from_data": data_fields(manifest),
             "init_from": init_from,
+            "init_chosen": plan.init_chosen,
             "pretrained_config": pretrained,
             "data_path_free_sha256": plan.data_path_free_sha256,
             "init_checkpoint_sha256": plan.init_checkpoint_sha256,

@@ -715,15 +715,19 @@ def test_fine_tuning_starts_from_the_pretrained_run_with_its_vocabulary(tokenise
     for name, weight in before["model"].items():
         assert torch.equal(after["model"][name], weight), name
     assert configs[1]["vocab_sha256"] == configs[0]["vocab_sha256"] == manifest["vocab_sha256"]
-    # the run says which checkpoint of the pretraining run it starts from, and why that one
+    # which checkpoint of the pretraining run a fine-tuning starts from, and why that one: in --dry-run's JSON, and
+    # in the run's log
     command = [sys.executable, os.path.join(REPO, "jobs", "train.py"), "--model", "gsamn", "--data", target]
     command += ["--storage-path", str(tmp_path), "--name", "finetune-2", "--init-from", str(tmp_path / "pretrain")]
-    result = subprocess.run(command + ["--dry-run"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
+    command += ["--max-steps", "1", "--batch-size", "8", "--num-cpus", "2"]
     best = pretrain["best"]
     chosen = f"the run's best checkpoint by dev MAP {best['value']:.4f} (step {best['step']})"
+    result = subprocess.run(command + ["--dry-run"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["init_checkpoint_chosen"] == chosen
-    assert f"[train] --init-from {best['checkpoint']}: {chosen}" in result.stderr.splitlines()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"[train] starting from the weights of {best['checkpoint']}: {chosen}" in result.stderr
 
     own = str(tmp_path / "wikiqa-own")
     write(TokenizeConfig(dataset="wikiqa", input=wikiqa, output=own))
