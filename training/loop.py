@@ -224,7 +224,7 @@ class WorkerRun:
         if self.config["init_from"]:  # a fresh fine-tuning run; a resumed one continues from its own checkpoint
             load_pretrained(model, self.config["init_from"])
             if self.rank == 0:
-                # which checkpoint of the --init-from run, and why: its best by dev, or its latest where none was
+                # which checkpoint of the --init-from run, and why: its best by dev, or its latest if none ranked
                 chosen = self.config.get("init_chosen")
                 log(f"[train] starting from the weights of {self.config['init_from']}{': ' + chosen if chosen else ''}")
         if getattr(model, "needs_word_statistics", False):  # from this run's train split, saved with the weights
