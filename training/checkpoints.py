@@ -58,9 +58,11 @@ def select_score(score: float | None, earlier: list[float]) -> float:
     return rank
 
 
-def scored_checkpoints(result) -> list:
-    """(checkpoint, metrics) of a Ray Train result's kept checkpoints that were evaluated on dev."""
-    return [(c, m) for c, m in result.best_checkpoints or [] if m.get(SCORE) is not None and m[SCORE] > NO_SCORE]
+def best_scored(result) -> tuple | None:
+    """(checkpoint, metrics) of a Ray Train result's best kept checkpoint by dev (the highest `select_score`: the
+    first to reach the run's highest figure), or None where no kept checkpoint was evaluated on dev."""
+    scored = [(c, m) for c, m in result.best_checkpoints or [] if m.get(SCORE) is not None and m[SCORE] > NO_SCORE]
+    return max(scored, key=lambda pair: pair[1][SCORE]) if scored else None
 
 
 def resolve_checkpoint(path: str, which: str = "best") -> str:
@@ -83,15 +85,15 @@ def choose_checkpoint(path: str, which: str = "best") -> tuple[str, str]:
             "(no checkpoint_manager_snapshot.json)"
         )
     result = run_result(path)
-    scored = scored_checkpoints(result)
-    if which == "latest" or not scored:
+    best = best_scored(result)
+    if which == "latest" or best is None:
         if result.checkpoint is None:
             raise MissingInput(f"{path}: the run has no checkpoint yet")
         why = f"the run's latest checkpoint (step {(result.metrics or {}).get('step', '?')})"
         if which != "latest":
             why += ": no dev evaluation ranked the run's checkpoints, so none is its best"
         return result.checkpoint.path, why
-    checkpoint, metrics = max(scored, key=lambda pair: pair[1][SCORE])
+    checkpoint, metrics = best
     dev = metrics.get("dev") or {}
     # a run reported before its reports named the metric: the dev figure its score was (the first, on a tie)
     metric = metrics.get("select_metric") or next((n for n, v in dev.items() if v == metrics[SCORE]), None)

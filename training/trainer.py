@@ -15,6 +15,7 @@ from runtime.checks import UsageError
 from runtime.stop import fit_until_signalled, new_key
 from training.checkpoints import (
     SCORE,
+    best_scored,
     checkpoint_summary,
     predictions_name,
     pretrained_config,
@@ -22,7 +23,6 @@ from training.checkpoints import (
     run_checkpoints,
     run_dir,
     run_result,
-    scored_checkpoints,
     state_sha256,
     usable_checkpoint,
     write_jsonl,
@@ -354,9 +354,9 @@ def run(cfg: TrainConfig, plan: RunPlan | None = None) -> dict:
     metrics = result.metrics or {}
     dev = metrics.get("dev", {})
     best = None
-    scored = scored_checkpoints(result)
+    scored = best_scored(result)
     if scored:
-        checkpoint, best_metrics = max(scored, key=lambda pair: pair[1][SCORE])
+        checkpoint, best_metrics = scored
         best = {
             "checkpoint": checkpoint.path,
             "step": best_metrics["step"],
