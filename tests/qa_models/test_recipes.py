@@ -181,8 +181,8 @@ def test_weight_average_follows_tensorflows_form_and_swaps_in_for_evaluation():
         expected = decay * expected + (1 - decay) * value
     assert float(average.shadow["weight"]) == pytest.approx(expected)
     with average.applied(model):
-        assert float(model.weight) == pytest.approx(expected)
-    assert float(model.weight) == 3.0  # the live weights are back
+        assert model.weight.item() == pytest.approx(expected)
+    assert model.weight.item() == 3.0  # the live weights are back
     restored = WeightAverage(model, 0.5)
     restored.load_state_dict(average.state_dict())
     assert restored.updates == 3 and restored.decay == 0.9999
