@@ -82,7 +82,7 @@ def test_build_from_pages_and_api_then_resume_from_cache(served, ray_local, tmp_
 
 
 @pytest.mark.ray
-def test_a_killed_crawl_resumes_without_fetching_any_page_twice(served, tmp_path):
+def test_a_killed_crawl_resumes_fetching_again_only_the_pages_in_flight(served, tmp_path):
     """The build job crawling pages is killed (SIGKILL, its whole session) part-way; the same command run
     again finishes, and over both runs the server saw every page once, but for those in flight at the kill:
     served, their response not yet stored (at most one a crawler), which the second run fetches once more."""
