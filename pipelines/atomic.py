@@ -113,7 +113,8 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
 
     Refused: `target` is an existing file (or anything but a folder), or lies under one (or under a folder this
     user cannot write: `check_folder_can_be_made`); `target` is one of `inputs`, holds one or
-    lies inside an input folder (replacing that input, an earlier output of ours say, would delete it);
+    lies inside an input folder (it would become part of that input, read with it by a job that searches the
+    folder, and be deleted with it when that input, an earlier output of ours say, is replaced);
     `target` is a non-empty folder that is not an earlier output of `job` (its marker, or `legacy(target)`
     returning True for outputs written before markers existed), or an earlier output holding `foreign_files`.
     A missing or empty folder is fine."""
@@ -130,8 +131,8 @@ def check_output(target: str, job: str, inputs=(), legacy=None, option: str = "-
             )
         if path and "://" not in str(path) and os.path.isdir(path) and within_folder(real, real_path(str(path))):
             raise OutputError(
-                f"{option} {target}: lies inside the input folder {path}; replacing that input would delete it "
-                "(name a folder beside it)"
+                f"{option} {target}: lies inside the input folder {path}, so it would become part of that input "
+                "and be deleted with it when that input is replaced (name a folder beside it)"
             )
     if not os.path.isdir(target) or not os.listdir(target):
         return
