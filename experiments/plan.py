@@ -191,8 +191,9 @@ class Row:
     paper: dict = field(default_factory=dict)  # metric -> the paper's figure
     source: str = ""  # where the paper's figure is
     gpu: str = ""  # what the paper's scale needs, where this machine's budget falls short
-    init_from: str | None = None  # a row id whose seed-0 run this row fine-tunes
-    init_per_seed: bool = False  # fine-tune the source row's run of the same seed instead (its own pretraining)
+    # a row id whose run of the same seed this row fine-tunes: each seed its own pretraining, so that a row's
+    # spread over seeds holds the pretraining's as well as the fine-tuning's (the source row has the same seeds)
+    init_from: str | None = None
     seeds: tuple = SEEDS
     split: str = "test"
     extra: str = ""  # why the row is left out of the hour's plan (it runs with --only or --all)

@@ -373,10 +373,13 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "ran, so its figures wait to be re-run from one (`experiments/results.py` refuses such a tree unless "
         "--allow-dirty). A row marked (earlier plan) shows a run recorded under a plan since changed (its "
         "commands or recipe, such as the full profile's earlier cap of 5 epochs with a patience of 2): the "
-        "ledger keeps the command that ran, and the next run of the profile replaces it. A row marked (mixed "
-        "starting checkpoints) is a fine-tuning row some of whose runs did not start from the checkpoint its "
-        "pretraining run's record holds (a pretraining run since repeated on other hardware, say), so its seeds "
-        "do not share one starting point; the next run of the profile fine-tunes them again. A row marked (runs "
+        "ledger keeps the command that ran, and the next run of the profile replaces it. Each seed of a "
+        "fine-tuning (transfer) row starts from the pretraining run of the same seed, so that its spread over "
+        "seeds holds the pretraining's as well. A row marked (mixed starting checkpoints) is a fine-tuning row "
+        "some of whose runs did not start from the checkpoint their pretraining run's record holds (a pretraining "
+        "run since repeated on other hardware, or a run from before each seed had a pretraining of its own), so its "
+        "figures do not follow from the pretraining shown; the next run of the profile fine-tunes them again. A "
+        "row marked (runs "
         "read other data) holds runs whose records name other contents for one data file or word vectors (by "
         "sha256; a data manifest without the folders it names, so that the same data built from ../shared/data "
         "at another path reads the same; a copy of the data carried to a GPU machine, its rows checked there, by "
@@ -415,9 +418,10 @@ ANSWER_SELECTION_SECTIONS = (
     (
         "pretrain",
         "StackExchangeQA pretraining for transfer",
-        "The checkpoints the transfer rows fine-tune, each scored on its own build's test split. The beer build "
-        "(4 negatives a positive) trains as a fine-tuning does; the transfer curve's corpora (1, 4 and 11 sites) get "
-        "one pass each at 128 pairs a step, cut to fit a GPU call (`TRANSFER_PRETRAIN` in experiments/rows.py).",
+        "The checkpoints the transfer rows fine-tune, one a seed, each scored on its own build's test split. The "
+        "beer build (4 negatives a positive) trains as a fine-tuning does; the transfer curve's corpora (1, 4 and 11 "
+        "sites) get one pass each at 128 pairs a step, cut to fit a GPU call (`TRANSFER_PRETRAIN` in "
+        "experiments/rows.py).",
     ),
     (
         "wikiqa-why",

@@ -228,11 +228,11 @@ def run_job(argv: list[str], env: dict, log, summary: bool = True) -> dict | Non
 
 def source_run(row: Row, profile: str, seed: int) -> Run | None:
     """The run a fine-tuning row's run of `seed` starts from, in the same profile: its source row's run of the
-    same seed where the row says `init_per_seed`, its source row's first seed otherwise."""
+    same seed (a pretraining run of its own)."""
     if not row.init_from:
         return None
     source = next(r for r in ROWS if r.id == row.init_from)
-    return Run(source, seed if row.init_per_seed else source.seeds_of(profile)[0], profile)
+    return Run(source, seed, profile)
 
 
 def commands(row: Row, seed: int, out: str, profile: str = "hour") -> list[list[str]]:

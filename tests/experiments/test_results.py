@@ -61,15 +61,32 @@ def test_a_fine_tuning_row_brings_its_pretraining_row_and_names_its_checkpoint(t
     assert [r.id for r in rows] == ["seqa/minilm-gsamn-pretrain", "wikiqa/minilm-gsamn-transfer"]
     train_argv = runner.commands(rows[1], 2, str(tmp_path))[0]
     at = train_argv.index("--init-from")
-    assert train_argv[at + 1] == os.path.join(str(tmp_path), "runs", "seqa-minilm-gsamn-pretrain-seed0")
+    assert train_argv[at + 1] == os.path.join(str(tmp_path), "runs", "seqa-minilm-gsamn-pretrain-seed2")
     assert train_argv[train_argv.index("--seed") + 1] == "2"
     full = runner.commands(rows[1], 1, str(tmp_path), "full")[0]  # a profile fine-tunes its own pretraining
     assert full[full.index("--init-from") + 1] == os.path.join(
-        str(tmp_path), "runs", "full-seqa-minilm-gsamn-pretrain-seed0"
+        str(tmp_path), "runs", "full-seqa-minilm-gsamn-pretrain-seed1"
     )
     assert [r.id for r in runner.selected_rows(["wikiqa/minilm-gsamn-transfer"], profile="full")] == [
         r.id for r in rows
     ]
+
+
+def test_every_seed_of_a_fine_tuning_row_has_a_pretraining_run_of_its_own_in_the_plan():
+    """Issue #37: a transfer row's seeds are comparable only if none shares another's pretraining (three seeds
+    fine-tuned from one pretraining run leave the pretraining's spread out of the row's); so every seed a row runs
+    in a profile fine-tunes its source row's run of that seed, which the same plan runs."""
+    tuned = [row for row in table.ROWS if row.init_from]
+    assert {row.id for row in tuned} >= {"wikiqa/minilm-gsamn-transfer", "wikiqa/mpnet-gsamn-transfer"}
+    for row in tuned:
+        for profile in ("hour", "full"):
+            if profile == "hour" and not row.in_hour:
+                continue
+            sources = {runner.source_run(row, profile, seed) for seed in row.seeds_of(profile)}
+            assert len(sources) == len(row.seeds_of(profile)) > 1, (row.id, profile)
+            source_row = next(iter(sources)).row
+            assert {run.seed for run in sources} == set(source_row.seeds_of(profile)), (row.id, profile)
+            assert set(plan.runs_of(runner.selected_rows([row.id], profile=profile), profile)) >= sources
 
 
 def test_transfer_curve_rows_fine_tune_a_pretraining_run_of_their_own_seed_from_their_own_build(tmp_path):
@@ -86,10 +103,6 @@ def test_transfer_curve_rows_fine_tune_a_pretraining_run_of_their_own_seed_from_
             str(tmp_path), "runs", f"full-seqa11-mined-minilm-gsamn-pretrain-seed{seed}"
         )
         assert runner.source_run(rows[1], "full", seed).seed == seed
-    assert (
-        runner.source_run(table.ROWS[[r.id for r in table.ROWS].index("wikiqa/minilm-gsamn-transfer")], "full", 2).seed
-        == 0
-    )
     assert runner.data_needed(rows, "full") == {"wikiqa", "seqa11-mined", "seqa11-mined-build"}
     steps = {step.key: step.argv for step in data_steps(str(tmp_path))}
     for key, sites in TRANSFER_SITES.items():
@@ -767,23 +780,25 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
 def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_is_marked_and_runs_again(
     tmp_path, monkeypatch
 ):
-    """A row's seeds share a starting point only if each fine-tuned the checkpoint its pretraining run's record
-    holds: by content (`init_checkpoint_sha256`), or for a record from before that field, at least not finished
-    before that record was (seed 0 of the beer transfer row fine-tuned a CPU checkpoint, its record a later GPU
-    re-run's). Such a row is marked on the page, and the next run of the profile fine-tunes the run again."""
+    """A row's figures follow from the pretraining runs shown only if each seed fine-tuned the checkpoint its own
+    pretraining run's record holds: by content (`init_checkpoint_sha256`), or for a record from before that field,
+    at least not finished before that record was (seed 0 of the beer transfer row fine-tuned a CPU checkpoint, its
+    record a later GPU re-run's). Such a row is marked on the page, and the next run of the profile fine-tunes the
+    run again."""
     monkeypatch.setattr(runner, "git_commit", lambda: "def5678")
     rows = {r.id: r for r in table.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
     out = str(tmp_path)
     ledger = runner.Ledger(str(tmp_path / "ledger.json"))
-    source = plan.Run(pretrain, 0, "full")
-    pretrained = dict(_record(pretrain.id, 0, {"map": 0.9}, "full"), plan=runner.plan_of(source, out))
-    ledger.add(source.name, dict(pretrained, finished="2026-11-25", checkpoint_sha256="cd" * 32))
-    os.makedirs(tmp_path / "runs" / source.name)
+    sources = [plan.Run(pretrain, seed, "full") for seed in (0, 1, 2)]
+    for seed, source in enumerate(sources):
+        pretrained = dict(_record(pretrain.id, seed, {"map": 0.9}, "full"), plan=runner.plan_of(source, out))
+        ledger.add(source.name, dict(pretrained, finished="2026-11-25", checkpoint_sha256=f"c{seed}" * 32))
+        os.makedirs(tmp_path / "runs" / source.name)
     starts = (
         {"finished": "2026-11-24"},  # before its source's record: another checkpoint
         {"finished": "2026-11-25"},
-        {"finished": "2026-11-26", "init_checkpoint_sha256": "cd" * 32},
+        {"finished": "2026-11-26", "init_checkpoint_sha256": "c2" * 32},
     )
     for seed, started in enumerate(starts):
         run = plan.Run(transfer, seed, "full")
@@ -797,13 +812,15 @@ def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_i
     assert [r.name for r in todo] == ["full-wikiqa-minilm-gsamn-transfer-seed0"]
     assert cells.mixed_starts(transfer, ledger) == []  # seed 0's record went with it
     seed2 = plan.Run(transfer, 2, "full").name
-    ledger.add(seed2, dict(ledger.records[seed2], init_checkpoint_sha256="ef" * 32))  # the same day, other weights
+    # fine-tuned seed 0's pretraining, as every seed did before each had its own: the same day, other weights
+    ledger.add(seed2, dict(ledger.records[seed2], init_checkpoint_sha256="c0" * 32))
     assert cells.mixed_starts(transfer, ledger) == [2]
-    ledger.remove(source.name)  # a source without a record tells nothing: it runs again, and its fine-tunings
+    ledger.remove(sources[2].name)  # a source without a record tells nothing: it runs again, and its fine-tunings
     assert cells.mixed_starts(transfer, ledger) == []
-    assert [r.name for r in runner.todo_runs([pretrain, transfer], (0, 1, 2), out, "full", ledger)][:2] == [
-        source.name,
+    assert [r.name for r in runner.todo_runs([pretrain, transfer], (0, 1, 2), out, "full", ledger)] == [
+        sources[2].name,
         "full-wikiqa-minilm-gsamn-transfer-seed0",
+        seed2,
     ]
 
 
@@ -849,12 +866,13 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
     order = []
 
     def run(item):
-        if item.row is transfer:  # its pretraining run must be recorded before it starts
-            assert plan.run_name(pretrain, 0) in ledger.records
+        if item.row is transfer:  # its pretraining run (of its seed) must be recorded before it starts
+            assert plan.run_name(pretrain, item.seed) in ledger.records
         order.append(item.name)
         ledger.add(item.name, {"row": item.row.id})
 
-    todo = [plan.Run(transfer, 0), plan.Run(transfer, 1), plan.Run(pretrain, 0), plan.Run(other, 0)]
+    todo = [plan.Run(transfer, 0), plan.Run(transfer, 1), plan.Run(pretrain, 1), plan.Run(pretrain, 0)]
+    todo.append(plan.Run(other, 0))
     assert runner.schedule(todo, 2, run, ledger) == []
     assert sorted(order) == sorted(r.name for r in todo)
 
