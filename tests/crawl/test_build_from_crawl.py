@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import time
+from collections import Counter
 
 import pytest
 
@@ -134,7 +135,8 @@ def test_a_killed_crawl_resumes_fetching_again_only_the_pages_in_flight(served, 
     assert len(in_flight) <= 2, in_flight  # --crawlers 2, one request at a time each
     again = subprocess.run(command, capture_output=True, text=True, timeout=400)
     assert again.returncode == 0, again.stderr[-3000:]
-    counts = {p: served_pages().count(p) for p in page_paths}
+    served_both_runs = Counter(served_pages())
+    counts = {p: served_both_runs[p] for p in page_paths}
     expected = {p: 2 if p in in_flight else 1 for p in page_paths}
     assert counts == expected, {p: (counts[p], expected[p]) for p in page_paths if counts[p] != expected[p]}
     with open(tmp_path / "seqa" / "stats.json") as f:

@@ -871,8 +871,13 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
         order.append(item.name)
         ledger.add(item.name, {"row": item.row.id})
 
-    todo = [plan.Run(transfer, 0), plan.Run(transfer, 1), plan.Run(pretrain, 1), plan.Run(pretrain, 0)]
-    todo.append(plan.Run(other, 0))
+    todo = [
+        plan.Run(transfer, 0),
+        plan.Run(transfer, 1),
+        plan.Run(pretrain, 1),
+        plan.Run(pretrain, 0),
+        plan.Run(other, 0),
+    ]
     assert runner.schedule(todo, 2, run, ledger) == []
     assert sorted(order) == sorted(r.name for r in todo)
 
