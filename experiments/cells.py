@@ -89,6 +89,30 @@ DIRTY_MARK = " (uncommitted code)"
 EARLIER_PLAN_MARK = " (earlier plan)"
 MIXED_START_MARK = " (mixed starting checkpoints)"
 INPUTS_MARK = " (runs read other data)"
+DEVICES_MARK = " (mixed devices)"
+
+
+def compute_of(record: dict) -> str:
+    """How a run trained: the precision its arithmetic ran in (fp32, bf16 or fp16) on a kind of device (a CPU or a
+    GPU). Another precision changes what training computes, as a seed or another data file does, so a claim sets two
+    rows side by side only where every run of both trained alike; another GPU model, or another CPU's kernels,
+    changes only rounding (the re-run table measures how much) and is not told apart here."""
+    device = "a CPU" if str(record.get("device", "cpu")) == "cpu" else "a GPU"
+    precision = record.get("precision")
+    return f"{precision} on {device}" if precision else f"{device} with its precision not recorded"
+
+
+def computes_of(records: Iterable[dict]) -> list[str]:
+    """The ways (`compute_of`) that `records` trained, sorted: more than one in a row marks it (mixed devices)."""
+    return sorted({compute_of(r) for r in records})
+
+
+def computes_differ(with_records: list[dict], without_records: list[dict]) -> str | None:
+    """How two rows' runs trained, where not all alike (`compute_of`): "bf16 on a GPU against fp32 on a CPU"."""
+    with_it, without = computes_of(with_records), computes_of(without_records)
+    if len(set(with_it) | set(without)) <= 1:
+        return None
+    return f"{' and '.join(with_it)} against {' and '.join(without)}"
 
 
 def inputs_differ(records: Iterable[dict], ledger: Ledger | None = None) -> str | None:
@@ -140,8 +164,9 @@ def mixed_starts(row: Row, ledger: Ledger, profile: str | None = None) -> list[i
 def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
     """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
     ends in -dirty; where a shown run is in `earlier`, recorded under a plan since changed; and where a shown
-    fine-tuning run did not start from its source record's checkpoint; and where its runs read other data:
-    `inputs_differ`), the profile its figures come from, and how many seeds they average."""
+    fine-tuning run did not start from its source record's checkpoint; where its runs read other data:
+    `inputs_differ`; and where they trained in more than one precision or kind of device: `computes_of`), the
+    profile its figures come from, and how many seeds they average."""
     seeds = max((figure[2] for figure in figures.values()), default=0)
     shown_runs = row_records(row, ledger)
     dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
@@ -151,6 +176,7 @@ def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] 
         + (EARLIER_PLAN_MARK if stale else "")
         + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
         + (INPUTS_MARK if inputs_differ(shown_runs, ledger) else "")
+        + (DEVICES_MARK if len(computes_of(shown_runs)) > 1 else "")
     )
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
@@ -251,7 +277,8 @@ def claim_cells(
     the test questions both rows scored, its 95% bootstrap interval and the paired permutation p, and the word
     that follows from them (experiments.significance.verdict: "reversed" only where the interval excludes zero on
     the other side of the paper's). Runs recorded before per-question figures give the difference of the rows'
-    means with their spread, untested; rows whose runs read other data (`inputs_differ`) are not compared."""
+    means with their spread, untested; rows whose runs read other data (`inputs_differ`) or trained in another
+    precision or on another kind of device (`computes_differ`) are not compared."""
     reading = with_row.section.startswith("squad")
     digits = 1 if reading else 3
     a, b = row_figures(with_row, ledger).get(metric), row_figures(without_row, ledger).get(metric)
@@ -261,9 +288,15 @@ def claim_cells(
     means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
     if not same_budget:
         return means, "budgets differ: not compared"
-    other_data = inputs_differ(row_records(with_row, ledger) + row_records(without_row, ledger), ledger)
+    with_records, without_records = row_records(with_row, ledger), row_records(without_row, ledger)
+    other_data = inputs_differ(with_records + without_records, ledger)
+    other_devices = computes_differ(with_records, without_records)
     if other_data:
-        return means, f"inputs differ: not compared ({other_data})"
+        return means, f"inputs differ: not compared ({other_data})" + (
+            f"; devices differ ({other_devices})" if other_devices else ""
+        )
+    if other_devices:
+        return means, f"devices differ: not compared ({other_devices})"
     if reading and min(a[0], b[0]) < 10:  # see the DynSAN section
         return means, "no evidence: F1 under 10"
     seeds_a, seeds_b = row_questions(with_row, ledger, metric), row_questions(without_row, ledger, metric)

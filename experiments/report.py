@@ -13,12 +13,14 @@ import os
 from collections.abc import Mapping
 
 from experiments.cells import (
+    DEVICES_MARK,
     EARLIER_PLAN_MARK,
     INPUTS_MARK,
     MIXED_START_MARK,
     budget_sentence,
     cell,
     claim_cells,
+    computes_of,
     delta,
     from_earlier_plan,
     hour_cell,
@@ -383,7 +385,10 @@ def header_section(runs: dict, ledger: Ledger) -> list[str]:
         "without the folders it names, so that the same data built from ../shared/data at another path reads the same; "
         "a copy of the data carried to a GPU machine, its rows checked there, by the manifest it was built under), or "
         "runs that recorded what they read beside runs made before records kept it; comparisons between rows whose "
-        "runs differ so are not made (`--retest` runs them again on this machine's data).",
+        "runs differ so are not made (`--retest` runs them again on this machine's data). A row marked (mixed "
+        "devices) holds runs that trained in more than one precision or on more than one kind of device (fp32 on a "
+        "CPU, bf16 on a GPU); rows that trained otherwise are not compared either (`--to-this-device` runs the rows "
+        "it names again on the invocation's kind of device).",
         "",
         "Two plans (profiles) fill the ledger, and each row says which one its figures come from and how long its "
         "runs took:",
@@ -552,12 +557,13 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
 
 def curve_row_cells(row: Row, ledger: Ledger, earlier: set[str]) -> tuple[str, list[dict], tuple | None, str]:
     """A row of the transfer table as its cells show it: its marks (earlier plan, mixed starting checkpoints, runs
-    that read other data), its shown records, its mean MAP (mean, spread) and its 95% interval cell."""
+    that read other data, mixed devices), its shown records, its mean MAP (mean, spread) and its 95% interval cell."""
     records = row_records(row, ledger)
     mark = (
         (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
         + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
         + (INPUTS_MARK if inputs_differ(records, ledger) else "")
+        + (DEVICES_MARK if len(computes_of(records)) > 1 else "")
     )
     return mark, records, row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
 
@@ -705,7 +711,10 @@ def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
         "the p-value of a paired permutation test (experiments/significance.py). A claim holds where the interval "
         'excludes zero on the paper\'s side, is "reversed" only where it excludes zero on the other side, and is '
         '"not shown" where it holds zero. Rows whose runs were recorded before per-question figures show the '
-        "difference of their means ± the two standard deviations combined, untested.",
+        "difference of their means ± the two standard deviations combined, untested; so do rows whose runs read other "
+        "data, or trained in another precision or on another kind of device, which are not compared (a GPU's bf16 "
+        "and a CPU's fp32 change every run of a row alike, so their difference would hold the device's part as well "
+        "as the claim's).",
         "",
         "| claim | metric | profile | ours | paper | verdict |",
         "|---|---|---|---:|---:|---|",

@@ -129,6 +129,14 @@ def main(argv=None) -> int:
         "row never sets runs on other data against each other. Only runs recorded on this invocation's kind of "
         "device (a GPU with --use-gpu, else CPUs)",
     )
+    p.add_argument(
+        "--to-this-device",
+        action="store_true",
+        help="also run again, on this invocation's kind of device (a GPU with --use-gpu, else CPUs), the selected "
+        "runs recorded on the other kind, so that rows a claim sets side by side trained alike: the page compares no "
+        "rows whose runs trained in other precisions or on other kinds of device. Needs --only (rows they fine-tune "
+        "from are added, and run again with them)",
+    )
     only = p.add_mutually_exclusive_group()
     only.add_argument("--report-only", action="store_true", help="rewrite the report from the ledger, run nothing")
     only.add_argument(
@@ -168,6 +176,8 @@ def main(argv=None) -> int:
             )
         except UsageError as error:
             p.error(str(error))
+    if args.to_this_device and not args.only:
+        p.error("--to-this-device needs --only: name the rows to run again on this kind of device")
     unmatched = unmatched_patterns(args.only, args.profile)
     if unmatched:
         p.error(
@@ -183,7 +193,8 @@ def main(argv=None) -> int:
     if args.prepare_only:  # every selected row's data, whether or not its runs are recorded
         needed = data_needed(rows, args.profile)
     else:
-        needed = data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest)
+        # every selected row's data where runs may run again for what is found in their records
+        needed = data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest or args.to_this_device)
     if args.dry_run:  # what this invocation would run, and what it would find done
         prepared = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
         for step in data_steps(out):
@@ -191,7 +202,7 @@ def main(argv=None) -> int:
                 print(("" if step in prepared else "# prepared: ") + shown(step.argv))
         if args.prepare_only:
             return 0
-        due = due_runs(rows, seeds, out, args.profile, ledger, args.retest, args.use_gpu)
+        due = due_runs(rows, seeds, out, args.profile, ledger, args.retest, args.use_gpu, args.to_this_device)
         for run in runs_of(rows, args.profile, seeds):
             for argv in commands(run.row, run.seed, out, args.profile):
                 print(("" if run in due else "# recorded: ") + shown(argv))
@@ -212,7 +223,9 @@ def main(argv=None) -> int:
             say(f"the data of {len(rows)} rows is under {os.path.join(out, 'data')} ({seconds:.0f} s); nothing run")
             return 0
         started = time.time()
-        invocation = run_all(rows, seeds, out, args.lanes, ledger, needed, args.profile, args.use_gpu, args.retest)
+        invocation = run_all(
+            rows, seeds, out, args.lanes, ledger, needed, args.profile, args.use_gpu, args.retest, args.to_this_device
+        )
         efficiency_seconds = 0.0 if args.skip_efficiency else run_efficiency(out, ledger)
         if not (args.only or args.all):  # the profile's whole plan: timed only by an invocation that ran every run
             if invocation.whole_plan:

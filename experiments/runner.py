@@ -707,6 +707,7 @@ def rerun_reason(
     sha256: Callable[[str], str] | None = None,
     use_gpu: bool = False,
     known: Mapping[str, str] | None = None,
+    to_this_device: bool = False,
 ) -> str | None:
     """Why a run recorded under its present plan must run again, or None: it ran from uncommitted code (no commit
     holds what it ran; only from a `clean_tree`, where the new record will name its commit), or, with `retest`, its
@@ -716,10 +717,15 @@ def rerun_reason(
     kind of CPU, whose kernels it reproduces; one naming none may come from any machine), or (given `sha256`) it
     read other contents than this machine's data steps wrote, so that its row would set runs on other data against
     each other. `retest` re-runs only a record of the invocation's kind of device (a GPU's with `use_gpu`, else a
-    CPU's): a GPU record re-run on CPUs would take hours a run and leave its row's seeds on two kinds of device."""
+    CPU's): a GPU record re-run on CPUs would take hours a run and leave its row's seeds on two kinds of device.
+    With `to_this_device`, a record of the other kind of device runs again on this one, so that rows a claim sets
+    side by side trained alike (the page compares no rows whose runs trained in other precisions or on other kinds
+    of device)."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
     on_gpu = record.get("device", "cpu") != "cpu"
+    if to_this_device and on_gpu != use_gpu:
+        return f"recorded on {'a GPU' if on_gpu else 'a CPU'} (--to-this-device)"
     if retest and on_gpu != use_gpu:
         return None
     if retest and "per_question" not in record:
@@ -778,13 +784,15 @@ def due_runs(
     ledger: Ledger,
     retest: bool = False,
     use_gpu: bool = False,
+    to_this_device: bool = False,
 ) -> dict[Run, Due]:
     """The runs of `rows` that must run, changing nothing: those whose ledger record is missing, was made under
     another plan (a changed command, recipe or revision) or must run again (`rerun_reason`), the runs they fine-tune
     from whose checkpoint is not on this machine (the ledger travels with the repository, checkpoints do not), and
     the runs fine-tuning from a run that runs again or that fine-tuned another checkpoint than its source's record
     holds (a row never mixes starting checkpoints). With `retest`, a record's inputs are compared only with the data
-    already on this machine (`changed_inputs`)."""
+    already on this machine (`changed_inputs`); with `to_this_device`, records of the other kind of device run
+    again (`rerun_reason`)."""
     runs, due = runs_of(rows, profile, seeds), {}
     clean_tree = not git_commit().endswith("-dirty")  # two git calls: once, not once per recorded run
     from pipelines.shards import sha256_file
@@ -796,7 +804,7 @@ def due_runs(
         if not recorded or recorded.get("plan") != plan_of(run, out):
             due[run] = Due(None)  # a run cut off before its record resumes from its last checkpoint
             continue
-        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu, known)
+        why = rerun_reason(recorded, clean_tree, retest, sha256, use_gpu, known, to_this_device)
         source = source_run(run.row, profile, run.seed)
         if why is None and source is not None and started_elsewhere(recorded, ledger.records.get(source.name)):
             why = "fine-tuned another checkpoint than its pretraining run's record holds"
@@ -823,12 +831,13 @@ def todo_runs(
     ledger: Ledger,
     retest: bool = False,
     use_gpu: bool = False,
+    to_this_device: bool = False,
 ) -> list[Run]:
     """The runs `due_runs` finds, each made ready to run: a finished run's folder removed where it must train
     anew, its record set aside where the new one replaces it under the same plan, and removed. Sources first, then
     every row's first seed before any second one, the zero-shot row and the slowest (MiniLM) rows first within a
     seed."""
-    due = due_runs(rows, seeds, out, profile, ledger, retest, use_gpu)
+    due = due_runs(rows, seeds, out, profile, ledger, retest, use_gpu, to_this_device)
     for run, why in due.items():
         if why.said:
             say(why.said)
@@ -944,6 +953,7 @@ def run_all(
     profile: str = "hour",
     use_gpu: bool = False,
     retest: bool = False,
+    to_this_device: bool = False,
 ) -> Invocation:
     """Every run of `rows` in `profile` not yet recorded under its present plan, `lanes` at a time (fine-tuning
     runs once their source is recorded), after the data steps `needed_data` (`data_to_prepare`, whose inputs the
@@ -954,7 +964,7 @@ def run_all(
     # its next epoch's read.
     with local_ray(max(lanes, widest) + 1) as env:
         data_seconds = prepare_data(out, env, ledger, needed_data, lanes)
-        todo = todo_runs(rows, seeds, out, profile, ledger, retest, use_gpu)
+        todo = todo_runs(rows, seeds, out, profile, ledger, retest, use_gpu, to_this_device)
         gpus_per_run = round(1 / lanes, 3) if use_gpu else None
         failed = schedule(
             todo, lanes, lambda run: run_one(run, out, env, ledger, gpus_per_run), ledger, lambda r: run_cpus(r, out)

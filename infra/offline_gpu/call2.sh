@@ -10,7 +10,8 @@
 #
 # Each argument is one results.py --only pattern run as its own stage (comma-separate several patterns of a stage);
 # a stage starts only with 230 s left, and every stage stops at LIMIT seconds after the call began. RETEST=1 adds
-# --retest: the stages' GPU records made before records kept what they read are run again too.
+# --retest: the stages' GPU records made before records kept what they read are run again too. TO_THIS_DEVICE=1
+# adds --to-this-device: the stages' CPU records run again on the GPU, so that their rows train as the others do.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
 start=$(date +%s); limit=${LIMIT:-560}
@@ -36,7 +37,7 @@ for stage in "$@"; do
   [ "$(left)" -gt 230 ] || { echo "stage $n ($stage): not started, $(left) s left"; continue; }
   only=(); IFS=, read -ra patterns <<< "$stage"; for p in "${patterns[@]}"; do only+=(--only "$p"); done
   timeout "$(left)" python3 experiments/results.py --profile full "${only[@]}" --use-gpu --lanes "${LANES:-3}" \
-    ${RETEST:+--retest} --skip-efficiency --report /tmp/report/results.md > "/tmp/stage$n.log" 2>&1
+    ${RETEST:+--retest} ${TO_THIS_DEVICE:+--to-this-device} --skip-efficiency --report /tmp/report/results.md > "/tmp/stage$n.log" 2>&1
   echo "stage $n ($stage): exit $? after $(( $(date +%s) - start )) s"; grep '^\[results\]' "/tmp/stage$n.log" | tail -12
 done
 tar czf "$OUT/results.tgz" docs/results/ledger.json docs/results/ledger-questions out/results/logs

@@ -450,6 +450,50 @@ def test_runs_that_read_other_data_are_marked_and_their_rows_not_compared(tmp_pa
     assert "not compared: the two read other data" in line and "against" not in line
 
 
+def test_rows_that_trained_on_other_devices_or_precisions_are_marked_and_not_compared(tmp_path):
+    """A GPU's bf16 and a CPU's fp32 change every run of a row alike, so a claim between a row trained one way and
+    a row trained the other would hold the device's part in its difference: it shows the rows' means untested, and
+    a row whose own runs trained both ways is marked. Another GPU model, or another CPU, is no difference."""
+    import numpy as np
+
+    by_id = {r.id: r for r in table.ROWS}
+    gsamn, plain = by_id["wikiqa/minilm-gsamn"], by_id["wikiqa/minilm-cross-encoder"]
+    rng = np.random.default_rng(2)
+    questions = [f"Q{i}" for i in range(60)]
+    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    on_gpu = {"device": "cuda: NVIDIA H200", "precision": "bf16"}
+    for seed in range(3):
+        base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
+        better = {q: v + 0.1 for q, v in base.items()}
+        for row, values in ((plain, base), (gsamn, better)):
+            record = _with_questions(_record(row.id, seed, {"map": float(np.mean(list(values.values())))}), values)
+            ledger.add(f"{row.id.replace('/', '-')}-seed{seed}", dict(record, **on_gpu))
+    assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1] == "holds"
+    ledger.records["wikiqa-minilm-gsamn-seed1"]["device"] = "cuda: NVIDIA H100 80GB HBM3"  # another GPU: alike
+    assert cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1] == "holds"
+    assert cells.compute_of(ledger.records["wikiqa-minilm-gsamn-seed1"]) == "bf16 on a GPU"
+
+    for seed in range(3):  # the plain row again on a CPU, in fp32
+        ledger.records[f"wikiqa-minilm-cross-encoder-seed{seed}"].update(device="cpu", precision="fp32")
+    ours, word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)
+    assert word == "devices differ: not compared (bf16 on a GPU against fp32 on a CPU)" and " ± " in ours
+    assert "(mixed devices)" not in cells.row_start(plain, ledger, {}) + cells.row_start(gsamn, ledger, {})
+    # one seed of the GSAMN row on a CPU too: that row mixes, and is marked
+    ledger.records["wikiqa-minilm-gsamn-seed2"].update(device="cpu", precision="fp32")
+    assert cells.row_start(gsamn, ledger, {}).startswith("| MiniLM + GSAMN (mixed devices) |")
+    word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1]
+    assert word == "devices differ: not compared (bf16 on a GPU and fp32 on a CPU against fp32 on a CPU)"
+    # a record from before precisions were kept is not taken for either
+    assert cells.compute_of({"device": "cuda: NVIDIA H100 80GB HBM3"}) == "a GPU with its precision not recorded"
+    # where the inputs differ as well, the verdict says both
+    ledger.records["wikiqa-minilm-gsamn-seed0"]["inputs_sha256"] = {"out/results/data/wikiqa/manifest.json": "aa" * 32}
+    word = cells.claim_cells(gsamn, plain, ledger, "map", +0.018, True)[1]
+    assert word == (
+        "inputs differ: not compared (5 of 6 runs recorded without the sha256 of their inputs); devices differ "
+        "(bf16 on a GPU and fp32 on a CPU against fp32 on a CPU)"
+    )
+
+
 def row_mean(ledger, row):
     from experiments.figures import row_figures
 
@@ -775,6 +819,51 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     )
     retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
     assert [r.name for r in retested] == [old.name, unchecked.name, new.name]
+
+
+def test_to_this_device_runs_the_other_kind_of_devices_records_again_with_their_fine_tunings(tmp_path, monkeypatch):
+    """--to-this-device: a row recorded on CPUs runs again under --use-gpu (and a GPU's on CPUs without it), its
+    pretraining runs with it, so that the rows a claim sets side by side trained alike; records of this kind of
+    device stay, and without the option nothing is due."""
+    monkeypatch.setattr(runner, "git_commit", lambda: "def5678")
+    rows = {r.id: r for r in table.ROWS}
+    pretrain, transfer, gsamn = (
+        rows["seqa/minilm-gsamn-pretrain"],
+        rows["wikiqa/minilm-gsamn-transfer"],
+        rows["wikiqa/minilm-gsamn"],
+    )
+    out = str(tmp_path)
+    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    on_cpu = {"device": "cpu", "precision": "fp32", "cpu": runner.cpu_kind()}
+    on_gpu = {"device": "cuda: NVIDIA H200", "precision": "bf16"}
+    for row, device in ((pretrain, on_cpu), (transfer, on_cpu), (gsamn, on_gpu)):
+        run = plan.Run(row, 0, "full")
+        record = dict(_record(row.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(run, out), **device)
+        ledger.add(run.name, dict(record, checkpoint_sha256="c0" * 32, init_checkpoint_sha256="c0" * 32))
+        os.makedirs(tmp_path / "runs" / run.name)
+    selected = [pretrain, transfer, gsamn]
+    assert runner.todo_runs(selected, (0,), out, "full", ledger, use_gpu=True) == []
+    due = runner.due_runs(selected, (0,), out, "full", ledger, use_gpu=True, to_this_device=True)
+    assert {run.name: why.said for run, why in due.items()} == {
+        "full-seqa-minilm-gsamn-pretrain-seed0": (
+            "full-seqa-minilm-gsamn-pretrain-seed0: recorded on a CPU (--to-this-device): it runs again"
+        ),
+        "full-wikiqa-minilm-gsamn-transfer-seed0": (
+            "full-wikiqa-minilm-gsamn-transfer-seed0: recorded on a CPU (--to-this-device): it runs again"
+        ),
+    }
+    todo = runner.todo_runs(selected, (0,), out, "full", ledger, use_gpu=True, to_this_device=True)
+    assert [r.name for r in todo] == [
+        "full-seqa-minilm-gsamn-pretrain-seed0",
+        "full-wikiqa-minilm-gsamn-transfer-seed0",
+    ]
+    assert ledger.records["replaced:full-seqa-minilm-gsamn-pretrain-seed0"]["device"] == "cpu"  # kept, to set beside
+    assert not (tmp_path / "runs" / "full-seqa-minilm-gsamn-pretrain-seed0").exists()  # trains anew, not resumed
+    # on CPUs, the GPU's record runs again instead
+    assert runner.rerun_reason(ledger.records["full-wikiqa-minilm-gsamn-seed0"], True, to_this_device=True) == (
+        "recorded on a GPU (--to-this-device)"
+    )
+    assert runner.rerun_reason(ledger.records["full-wikiqa-minilm-gsamn-seed0"], True, use_gpu=True) is None
 
 
 def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_is_marked_and_runs_again(
@@ -1344,6 +1433,7 @@ def test_the_report_never_replaces_the_ledger_or_a_file_that_is_not_a_report(tmp
         (["--seeds", "-1"], "--seeds '-1': comma-separated"),  # numpy refuses it in the training worker
         (["--only", "wikqa/*"], "--only 'wikqa/*': matches no row of the full profile"),  # ran the benchmark only
         (["--profile", "hour", "--only", "wikiqa/mpnet-gsamn"], "--only 'wikiqa/mpnet-gsamn': matches no row of"),
+        (["--to-this-device"], "--to-this-device needs --only: name the rows"),  # would move the whole ledger
     ],
 )
 def test_options_that_would_run_nothing_or_one_run_twice_are_refused_before_any_work(
