@@ -161,23 +161,26 @@ def mixed_starts(row: Row, ledger: Ledger, profile: str | None = None) -> list[i
     return sorted(mixed)
 
 
-def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
-    """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
-    ends in -dirty; where a shown run is in `earlier`, recorded under a plan since changed; and where a shown
-    fine-tuning run did not start from its source record's checkpoint; where its runs read other data:
-    `inputs_differ`; and where they trained in more than one precision or kind of device: `computes_of`), the
-    profile its figures come from, and how many seeds they average."""
-    seeds = max((figure[2] for figure in figures.values()), default=0)
-    shown_runs = row_records(row, ledger)
-    dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
-    stale = from_earlier_plan(row, ledger, earlier)
-    marks = (
-        (DIRTY_MARK if dirty else "")
-        + (EARLIER_PLAN_MARK if stale else "")
+def run_marks(row: Row, shown_runs: list[dict], ledger: Ledger, earlier: Collection[str] = ()) -> str:
+    """The marks of a row whose `shown_runs` (`row_records`) do not stand together: where one is in `earlier`,
+    recorded under a plan since changed; where a fine-tuning run did not start from its source record's
+    checkpoint; where they read other data (`inputs_differ`); and where they trained in more than one precision or
+    kind of device (`computes_of`)."""
+    return (
+        (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
         + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
         + (INPUTS_MARK if inputs_differ(shown_runs, ledger) else "")
         + (DEVICES_MARK if len(computes_of(shown_runs)) > 1 else "")
     )
+
+
+def row_start(row: Row, ledger: Ledger, figures: dict, earlier: Collection[str] = ()) -> str:
+    """A table row's first cells: the row (marked where a shown run ran from uncommitted code: its record's commit
+    ends in -dirty, and by `run_marks`), the profile its figures come from, and how many seeds they average."""
+    seeds = max((figure[2] for figure in figures.values()), default=0)
+    shown_runs = row_records(row, ledger)
+    dirty = any(str(r.get("commit", "")).endswith("-dirty") for r in shown_runs)
+    marks = (DIRTY_MARK if dirty else "") + run_marks(row, shown_runs, ledger, earlier)
     return f"| {row.label}{marks} | {row_profile(row, ledger) or '-'} | {seeds}"
 
 

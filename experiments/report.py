@@ -13,23 +13,18 @@ import os
 from collections.abc import Mapping
 
 from experiments.cells import (
-    DEVICES_MARK,
-    EARLIER_PLAN_MARK,
-    INPUTS_MARK,
-    MIXED_START_MARK,
     budget_sentence,
     cell,
     claim_cells,
-    computes_of,
     delta,
     from_earlier_plan,
     hour_cell,
     inputs_differ,
     interval_cell,
-    mixed_starts,
     paper_difference,
     row_questions,
     row_start,
+    run_marks,
     run_time,
     wall_sentence,
 )
@@ -556,16 +551,15 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
 
 
 def curve_row_cells(row: Row, ledger: Ledger, earlier: set[str]) -> tuple[str, list[dict], tuple | None, str]:
-    """A row of the transfer table as its cells show it: its marks (earlier plan, mixed starting checkpoints, runs
-    that read other data, mixed devices), its shown records, its mean MAP (mean, spread) and its 95% interval cell."""
+    """A row of the transfer table as its cells show it: its marks (`run_marks`), its shown records, its mean MAP
+    (mean, spread) and its 95% interval cell."""
     records = row_records(row, ledger)
-    mark = (
-        (EARLIER_PLAN_MARK if from_earlier_plan(row, ledger, earlier) else "")
-        + (MIXED_START_MARK if mixed_starts(row, ledger) else "")
-        + (INPUTS_MARK if inputs_differ(records, ledger) else "")
-        + (DEVICES_MARK if len(computes_of(records)) > 1 else "")
+    return (
+        run_marks(row, records, ledger, earlier),
+        records,
+        row_figures(row, ledger).get("map"),
+        interval_cell(row, ledger, "map"),
     )
-    return mark, records, row_figures(row, ledger).get("map"), interval_cell(row, ledger, "map")
 
 
 def interval_bounds(interval: str) -> tuple[float, float]:

@@ -873,7 +873,8 @@ def data_to_prepare(
 ) -> set[str]:
     """The data steps (keys of `data_steps`) an invocation of `rows` prepares: those its due runs read, so that a
     machine whose ledger holds every selected run builds no data to run nothing; with `retest`, every selected
-    row's, since a record is compared with this machine's data only once that data is here (`changed_inputs`)."""
+    row's, since a record is compared with this machine's data only once that data is here (`changed_inputs`)
+    (results.py asks the same for --to-this-device, whose runs become due from their records)."""
     if retest:
         return data_needed(rows, profile)
     due = due_runs(rows, seeds, out, profile, ledger)  # without --retest no file is hashed: cheap

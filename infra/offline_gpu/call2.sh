@@ -37,7 +37,8 @@ for stage in "$@"; do
   [ "$(left)" -gt 230 ] || { echo "stage $n ($stage): not started, $(left) s left"; continue; }
   only=(); IFS=, read -ra patterns <<< "$stage"; for p in "${patterns[@]}"; do only+=(--only "$p"); done
   timeout "$(left)" python3 experiments/results.py --profile full "${only[@]}" --use-gpu --lanes "${LANES:-3}" \
-    ${RETEST:+--retest} ${TO_THIS_DEVICE:+--to-this-device} --skip-efficiency --report /tmp/report/results.md > "/tmp/stage$n.log" 2>&1
+    ${RETEST:+--retest} ${TO_THIS_DEVICE:+--to-this-device} --skip-efficiency --report /tmp/report/results.md \
+    > "/tmp/stage$n.log" 2>&1
   echo "stage $n ($stage): exit $? after $(( $(date +%s) - start )) s"; grep '^\[results\]' "/tmp/stage$n.log" | tail -12
 done
 tar czf "$OUT/results.tgz" docs/results/ledger.json docs/results/ledger-questions out/results/logs
