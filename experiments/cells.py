@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
 from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
-from experiments.runner import Ledger, data_identities, data_identity, source_run, started_elsewhere
+from experiments.runner import Ledger, data_identities, data_identity, device_kind, source_run, started_elsewhere
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
 from experiments.significance import verdict as significance_verdict
 
@@ -97,7 +97,7 @@ def compute_of(record: dict) -> str:
     GPU). Another precision changes what training computes, as a seed or another data file does, so a claim sets two
     rows side by side only where every run of both trained alike; another GPU model, or another CPU's kernels,
     changes only rounding (the re-run table measures how much) and is not told apart here."""
-    device = "a CPU" if str(record.get("device", "cpu")) == "cpu" else "a GPU"
+    device = device_kind(record)
     precision = record.get("precision")
     return f"{precision} on {device}" if precision else f"{device} with its precision not recorded"
 

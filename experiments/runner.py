@@ -700,6 +700,11 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[st
     return changed
 
 
+def device_kind(record: dict) -> str:
+    """The kind of device a record's run trained on, as the page and the runner say it: "a CPU" or "a GPU"."""
+    return "a CPU" if str(record.get("device", "cpu")) == "cpu" else "a GPU"
+
+
 def rerun_reason(
     record: dict,
     clean_tree: bool,
@@ -725,7 +730,7 @@ def rerun_reason(
         return "recorded from uncommitted code"
     on_gpu = record.get("device", "cpu") != "cpu"
     if to_this_device and on_gpu != use_gpu:
-        return f"recorded on {'a GPU' if on_gpu else 'a CPU'} (--to-this-device)"
+        return f"recorded on {device_kind(record)} (--to-this-device)"
     if retest and on_gpu != use_gpu:
         return None
     if retest and "per_question" not in record:
