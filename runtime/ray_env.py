@@ -28,6 +28,15 @@ WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 # throughput. On one machine's disk, more spill workers do not spill faster. A cluster keeps its own setting.
 LOCAL_RAY_ENV = {"RAY_max_io_workers": "1"}
 
+# Ray Train's preemption watcher: an actor a training run, polling Ray Core's drain state every 5 s for the notice a
+# cluster's autoscaler gives before it reclaims a node. Nothing drains the one node of a private instance, so there
+# it watches for nothing, at the cost of a Python process a run that imports Ray Train (about 2 s of CPU: the
+# hour plan's TrecQA CTRN run on 2 cores, four times each way, took 49.1 s of CPU with it and 47.3 s without,
+# medians, every Ray process counted) and of the error line Ray prints as it starts the watcher, in every run's log
+# ("has constructor arguments in the object store and max_restarts > 0", ray-project/ray#53727). Off for a private
+# instance only (`init_local_ray`); a cluster (and a user's own setting) keeps it.
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
 
 def _cpu_count(text: str) -> int:
     try:
@@ -179,6 +188,9 @@ def init_local_ray(**kwargs) -> None:
     os.environ.update(worker_env())
     for key, value in local_ray_env(kwargs.get("num_cpus")).items():
         os.environ.setdefault(key, value)
+    # Ray Train passes it from the driver to its controller; a job joining this instance (experiments/results.py's
+    # runs) inherits it with RAY_ADDRESS
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     if kwargs.get("include_dashboard") and "dashboard_port" not in kwargs:
         # The State API's clients inside Ray (Ray Train's PlacementGroupCleaner asks it every second) find their
         # cluster by RAY_API_SERVER_ADDRESS or RAY_ADDRESS, else by looking for running instances; with a second

@@ -3,6 +3,7 @@ requests that such a Ray could never place."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -170,3 +171,23 @@ def test_ray_datas_no_free_cpu_warning_stays_off_the_console(monkeypatch, capfd)
     err = capfd.readouterr().err
     assert "available CPUs" not in err
     assert "other warnings stay" in err
+
+
+def test_ray_trains_preemption_watcher_is_off_on_a_private_instance_and_a_users_setting_wins(monkeypatch):
+    """Ray Train reads the variable by this name and passes it from the driver to its controller (a rename in a
+    Ray upgrade fails here, not silently); init_local_ray sets it off unless the user set it."""
+    import ray
+    from ray.train.v2._internal import constants as train_constants
+
+    assert ray_env.PREEMPTION_WATCHER_ENV == train_constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR
+    assert ray_env.PREEMPTION_WATCHER_ENV in train_constants.ENV_VARS_TO_PROPAGATE
+    started = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: started.append(kwargs))
+    for users, expected in ((None, "0"), ("1", "1")):
+        environment = {k: v for k, v in os.environ.items() if k != ray_env.PREEMPTION_WATCHER_ENV}
+        if users is not None:
+            environment[ray_env.PREEMPTION_WATCHER_ENV] = users
+        monkeypatch.setattr("os.environ", environment)
+        ray_env.init_local_ray(num_cpus=1, include_dashboard=False)
+        assert environment[ray_env.PREEMPTION_WATCHER_ENV] == expected
+    assert [kwargs["address"] for kwargs in started] == ["local", "local"]

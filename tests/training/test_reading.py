@@ -83,6 +83,11 @@ def test_dynsan_trains_under_ray_train_and_evaluate_reproduces_dev(dataset, metr
         test_split="dev",  # as the results page's dev rows run: the best checkpoint scored per question
     )
     summary = run(cfg)
+    # on a private instance a run starts no preemption watcher (runtime/ray_env.py): nothing drains its one node
+    import ray._private.state
+
+    started = {actor["ActorClassName"] for actor in ray._private.state.actors().values()}
+    assert "TrainController" in started and "PreemptionWatcher" not in started
     assert summary["steps"] == 6 and summary["task"] == ("extractive" if dataset == "squad" else "multiple_choice")
     assert set(summary["metrics"]) == set(metrics) | {"questions"}
     assert summary["metrics"]["questions"] == manifest["splits"]["dev"]["rows"]
