@@ -194,7 +194,7 @@ def main(argv=None) -> int:
         needed = data_needed(rows, args.profile)
     else:
         # every selected row's data where runs may run again for what is found in their records
-        needed = data_to_prepare(rows, seeds, out, args.profile, ledger, args.retest or args.to_this_device)
+        needed = data_to_prepare(rows, seeds, out, args.profile, ledger, every_row=args.retest or args.to_this_device)
     if args.dry_run:  # what this invocation would run, and what it would find done
         prepared = steps_to_run(out, needed)  # what prepare_data would run: the same test of a step's output
         for step in data_steps(out):

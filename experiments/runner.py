@@ -874,13 +874,13 @@ def data_to_prepare(
     out: str,
     profile: str,
     ledger: Ledger,
-    retest: bool = False,
+    every_row: bool = False,
 ) -> set[str]:
     """The data steps (keys of `data_steps`) an invocation of `rows` prepares: those its due runs read, so that a
-    machine whose ledger holds every selected run builds no data to run nothing; with `retest`, every selected
-    row's, since a record is compared with this machine's data only once that data is here (`changed_inputs`)
-    (results.py asks the same for --to-this-device, whose runs become due from their records)."""
-    if retest:
+    machine whose ledger holds every selected run builds no data to run nothing; with `every_row`, every selected
+    row's: results.py asks so for --retest, since a record is compared with this machine's data only once that data
+    is here (`changed_inputs`), and for --to-this-device, whose runs become due from their records."""
+    if every_row:
         return data_needed(rows, profile)
     due = due_runs(rows, seeds, out, profile, ledger)  # without --retest no file is hashed: cheap
     return data_needed(list({run.row: None for run in due}), profile)

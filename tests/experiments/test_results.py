@@ -1697,7 +1697,7 @@ def test_an_invocation_prepares_only_the_data_its_due_runs_read(tmp_path, monkey
     stored = json.dumps(ledger.records, sort_keys=True)
     assert runner.data_to_prepare([gate, squad], plan.SEEDS, out, "full", ledger) == runner.data_needed([squad], "full")
     assert runner.missing_inputs(runner.data_to_prepare([gate], plan.SEEDS, out, "full", ledger), out) == []
-    retest = runner.data_to_prepare([gate, squad], plan.SEEDS, out, "full", ledger, retest=True)
+    retest = runner.data_to_prepare([gate, squad], plan.SEEDS, out, "full", ledger, every_row=True)
     assert retest == runner.data_needed([gate, squad], "full") and {"trecqa", "trecqa-vectors"} <= retest
     assert json.dumps(ledger.records, sort_keys=True) == stored
     # a record from uncommitted code runs again from this clean tree: its row's data is prepared again
