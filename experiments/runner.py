@@ -700,9 +700,14 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[st
     return changed
 
 
+def trained_on_gpu(record: dict) -> bool:
+    """Whether a record's run trained on a GPU (its `device` names one; a record without it ran on CPUs)."""
+    return str(record.get("device", "cpu")) != "cpu"
+
+
 def device_kind(record: dict) -> str:
     """The kind of device a record's run trained on, as the page and the runner say it: "a CPU" or "a GPU"."""
-    return "a CPU" if str(record.get("device", "cpu")) == "cpu" else "a GPU"
+    return "a GPU" if trained_on_gpu(record) else "a CPU"
 
 
 def rerun_reason(
@@ -728,7 +733,7 @@ def rerun_reason(
     of device)."""
     if str(record.get("commit", "")).endswith("-dirty") and clean_tree:
         return "recorded from uncommitted code"
-    on_gpu = record.get("device", "cpu") != "cpu"
+    on_gpu = trained_on_gpu(record)
     if to_this_device and on_gpu != use_gpu:
         return f"recorded on {device_kind(record)} (--to-this-device)"
     if retest and on_gpu != use_gpu:
