@@ -8,9 +8,11 @@ import statistics
 from collections.abc import Collection, Iterable
 
 from experiments.figures import metric_names, row_figures, row_profile, row_questions, row_records
+from experiments.ledger import Ledger
+from experiments.machine import device_kind, gpu_name
 from experiments.plan import Row, run_name
 from experiments.rows import MINILM_BATCH, MINILM_STEPS
-from experiments.runner import Ledger, data_identities, data_identity, device_kind, source_run, started_elsewhere
+from experiments.runner import data_identities, data_identity, source_run, started_elsewhere
 from experiments.significance import aligned, bootstrap_interval, paired_comparison
 from experiments.significance import verdict as significance_verdict
 
@@ -33,7 +35,7 @@ def run_time(row: Row, ledger: Ledger, profile: str | None = None) -> str:
         by_device.setdefault(r.get("device", "cpu"), []).append(r)
     text = ", ".join(
         wall(runs)
-        + ("" if device == "cpu" else f" on {device.removeprefix('cuda: ')}")
+        + ("" if device == "cpu" else f" on {gpu_name(device)}")
         + (f" ({len(runs)} run{'s' if len(runs) > 1 else ''})" if len(by_device) > 1 else "")
         for device, runs in by_device.items()
     )

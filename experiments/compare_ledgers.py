@@ -27,10 +27,10 @@ if __package__ in (None, ""):  # run as `python experiments/compare_ledgers.py` 
 
 from experiments.cells import claim_cells, paper_difference
 from experiments.figures import row_figures
+from experiments.ledger import Ledger
 from experiments.report import is_run_record
 from experiments.rerun import PRIMARY_FIGURES, first_figure
 from experiments.rows import COMPARISONS, OUR_COMPARISONS, ROWS
-from experiments.runner import Ledger
 from pipelines.atomic import FileKind, OutputError, check_output_file
 
 TOLERANCE = 0.002  # rerun.py's "the same"

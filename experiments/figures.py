@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from experiments.ledger import Ledger
 from experiments.plan import Row
-from experiments.runner import Ledger
 
 
 def summarise(values: list[float]) -> tuple[float, float | None]:

@@ -28,10 +28,10 @@ import sys
 if __package__ in (None, ""):  # run as `python experiments/merge_ledger.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.ledger import Ledger
 from experiments.plan import REPO
 from experiments.report import is_run_record
 from experiments.rerun import PRIMARY_FIGURES  # the figure printed beside a taken record: its first one
-from experiments.runner import Ledger
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,9 @@ efficiency curves of bench/encoders.py."""
 from __future__ import annotations
 
 from experiments.figures import row_figures
+from experiments.ledger import Ledger
 from experiments.plan import Row
 from experiments.rows import ABLATION_F1
-from experiments.runner import Ledger
 
 
 def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:

@@ -29,6 +29,8 @@ from experiments.cells import (
     wall_sentence,
 )
 from experiments.figures import row_figures, row_profile, row_records
+from experiments.ledger import Ledger
+from experiments.machine import cpu_mismatch, describe_cpu, git_commit, gpu_name, trained_on_gpu
 from experiments.plan import Row, Run, run_name, runs_of, say, shown
 from experiments.plots import (
     EFFICIENCY_PLOTS,
@@ -58,17 +60,7 @@ from experiments.rows import (
     TRANSFER_MINED,
     scale_needs,
 )
-from experiments.runner import (
-    Ledger,
-    commands,
-    cpu_mismatch,
-    data_identities,
-    data_identity,
-    describe_cpu,
-    git_commit,
-    plan_of,
-    selected_rows,
-)
+from experiments.runner import commands, data_identities, data_identity, plan_of, selected_rows
 from experiments.significance import LineFit, aligned, line_fit
 
 
@@ -306,9 +298,8 @@ def profile_counts(runs: dict) -> tuple[dict[str, list[str]], dict[str, int]]:
 
 def where_it_ran(record: dict) -> str:
     """A record's kind of device, as the page names it: the GPU, or for a CPU run the processor and kernels."""
-    device = record.get("device", "cpu")
-    if device != "cpu":
-        return f"one {device.removeprefix('cuda: ')}"
+    if trained_on_gpu(record):
+        return f"one {gpu_name(record['device'])}"
     return f"CPUs ({describe_cpu(record['cpu'])})" if record.get("cpu") else "CPUs (processor not recorded)"
 
 
@@ -894,7 +885,7 @@ def rerun_section(ledger: Ledger) -> list[str]:
             unrecorded = True
         elif not c.get("same") and (mismatch := cpu_mismatch(c)):
             verdict = f" (**not the same**; {'another CPU' if mismatch == 'another' else 'CPU unnamed'})"
-        device = c["device"].removeprefix("cuda: ")
+        device = gpu_name(c["device"])
         if device == "cpu" and c.get("cpu"):
             device = f"cpu: {describe_cpu(c['cpu'])}"
         lines.append(
@@ -966,7 +957,7 @@ def runs_section(runs: dict, ledger: Ledger) -> list[str]:
             sha += f"<br>weights {r['weights_sha256'][:16]}"
         # the argument lists that ran (a GPU run's device options included), where the record keeps them; records
         # older than argument lists show their plan's commands, said to be that (a GPU run's lack its options)
-        device = f" ({r['device'].removeprefix('cuda: ')})" if r.get("device", "cpu") != "cpu" else ""
+        device = f" ({gpu_name(r['device'])})" if trained_on_gpu(r) else ""
         if r.get("argv"):
             cmd = "<br>".join(f"`{shown(argv)}`" for argv in r["argv"])
         else:

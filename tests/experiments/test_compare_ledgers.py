@@ -9,7 +9,7 @@ import random
 import pytest
 
 from experiments import compare_ledgers
-from experiments.runner import Ledger
+from experiments.ledger import Ledger
 
 
 def _run(row: str, seed: int, aps: list[float], inputs: str = "ab", profile: str = "hour", out="out/results") -> dict:

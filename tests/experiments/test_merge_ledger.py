@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from experiments import merge_ledger
-from experiments.runner import Ledger
+from experiments.ledger import Ledger
 
 
 def _git(repo, *args) -> str:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from experiments import rerun
+from experiments import machine, rerun
+from experiments.ledger import Ledger
 from experiments.plan import REPO
-from experiments.runner import Ledger
 from tests.conftest import make_tokenised
 
 HEAD = subprocess.run(
@@ -102,13 +102,11 @@ def test_a_check_that_differs_says_whether_it_ran_on_the_records_kind_of_cpu():
 
 
 def test_a_record_names_the_kind_of_cpu_it_ran_on(monkeypatch):
-    from experiments import runner
-
-    cpu = runner.cpu_kind()
+    cpu = machine.cpu_kind()
     assert cpu["processor"] and cpu["kernels"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", "SVE")
     # the kernels are torch's, which ATEN_CPU_CAPABILITY can lower: a subprocess, since torch reads it once
     lowered = subprocess.run(
-        [sys.executable, "-c", "from experiments.runner import cpu_kind; print(cpu_kind()['kernels'])"],
+        [sys.executable, "-c", "from experiments.machine import cpu_kind; print(cpu_kind()['kernels'])"],
         cwd=REPO,
         env=dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=REPO),
         capture_output=True,
@@ -119,11 +117,11 @@ def test_a_record_names_the_kind_of_cpu_it_ran_on(monkeypatch):
     # a setting that fixes MKL's code path makes another kind (measured: an AMD record re-ran to -0.0035 on an Intel
     # CPU with the same AVX512 kernels, and to -0.0001 there with MKL_CBWR=AVX2)
     monkeypatch.delenv("MKL_CBWR", raising=False)
-    plain = runner.cpu_kind()
+    plain = machine.cpu_kind()
     monkeypatch.setenv("MKL_CBWR", "AVX2")
-    fixed = runner.cpu_kind()
+    fixed = machine.cpu_kind()
     assert "MKL_CBWR" not in plain and fixed == dict(plain, MKL_CBWR="AVX2")
-    assert runner.describe_cpu(fixed) == f"{plain['processor']}, {plain['kernels']} kernels, MKL_CBWR=AVX2"
+    assert machine.describe_cpu(fixed) == f"{plain['processor']}, {plain['kernels']} kernels, MKL_CBWR=AVX2"
 
 
 def test_the_figure_compared_is_the_records_first(tmp_path):
@@ -210,7 +208,7 @@ def test_a_draw_that_finds_nothing_says_why_by_kind_of_reason(tmp_path, monkeypa
     message = str(refused.value.code)
     assert message.startswith("rerun: no record of the ledger can re-run here, of 6 run records: "), message
     assert (
-        f"3 ran on another kind of CPU ({rerun.describe_cpu(XEON)}; this is {rerun.describe_cpu(EPYC)}): "
+        f"3 ran on another kind of CPU ({machine.describe_cpu(XEON)}; this is {machine.describe_cpu(EPYC)}): "
         "--other-cpu draws among them too" in message
     )
     for part in ("1 ran on a GPU", "1 ran from uncommitted code", "1 took longer than --max-seconds: raise it"):
@@ -257,7 +255,7 @@ def test_a_record_whose_data_or_word_vectors_changed_since_it_ran_is_not_rerun(t
     assert "another kind of CPU" not in problem and "another folder" not in problem  # the vectors, not the manifest
     # a CPU record of another kind of CPU: its word vectors, trained there, may be what differs
     other = rerun.inputs_problem("r", dict(record, cpu=XEON), cpu_here=EPYC)
-    assert other and f"ran on the record's kind of CPU ({rerun.describe_cpu(XEON)})" in other
+    assert other and f"ran on the record's kind of CPU ({machine.describe_cpu(XEON)})" in other
     assert "word vectors trained on another kind of CPU are other bytes where OpenBLAS ran other kernels" in other
     assert "; here" not in other  # no statistics beside the vectors: the kernels that trained them are unknown
     with open(os.path.join(data, "embeddings.json"), "w") as f:  # as jobs/word_vectors.py writes them

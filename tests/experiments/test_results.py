@@ -9,9 +9,10 @@ import statistics
 
 import pytest
 
-from experiments import cells, plan, plots, runner
+from experiments import cells, machine, plan, plots, runner
 from experiments import report as writer
 from experiments import rows as table
+from experiments.ledger import Ledger, portable
 from jobs import train, zero_shot
 
 
@@ -135,7 +136,7 @@ def test_a_row_recorded_under_an_earlier_plan_is_marked(tmp_path):
     out.mkdir()
     report.parent.mkdir()
     (row,) = [r for r in table.ROWS if r.id == "trecqa/ctrn"]
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     for seed in (0, 1):
         plan = runner.plan_of(runner.Run(row, seed, "full"), str(out))
         ledger.add(
@@ -162,7 +163,7 @@ def test_rows_under_different_plans_are_not_set_against_each_other(tmp_path):
     out.mkdir()
     by_id = {r.id: r for r in table.ROWS}
     base, variant = by_id["wikiqa/iarnn-word"], by_id["wikiqa/iarnn-word-no-regularisation"]
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     for row, value in ((base, 0.68), (variant, 0.61)):
         plan = runner.plan_of(runner.Run(row, 0, "full"), str(out))
         ledger.add(
@@ -181,7 +182,7 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     out.mkdir()
     report.parent.mkdir()
     maps = [0.70, 0.74, 0.78]
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     for seed, value in enumerate(maps):
         ledger.add(
             f"wikiqa-iarnn-gate-seed{seed}",
@@ -196,7 +197,7 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
             dict(_record("squad/dynsan-beta0", seed, {"em": 0.2, "f1": 0.28}), split="dev"),
         )
     ledger.add("data:wikiqa", {"command": "python jobs/tokenize_corpora.py --dataset wikiqa", "seconds": 5.0})
-    reread = runner.Ledger(str(out / "runs.json"))  # the ledger survives a restart
+    reread = Ledger(str(out / "runs.json"))  # the ledger survives a restart
     assert len(reread.records) == 10
     rows = [r for r in table.ROWS if r.id in ("wikiqa/iarnn-gate", "squad/dynsan", "squad/dynsan-beta0")]
     writer.write_report(rows, reread, str(out), str(report))
@@ -220,7 +221,7 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
 def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
     out, report = tmp_path / "out", tmp_path / "results.md"
     out.mkdir()
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     for seed in range(3):
         ledger.add(
             f"squad-dynsan-seed{seed}", dict(_record("squad/dynsan", seed, {"em": 0.02, "f1": 0.06}), split="dev")
@@ -240,7 +241,7 @@ def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
 def test_an_ablation_that_read_other_data_than_the_full_model_says_so_beside_its_difference(tmp_path):
     out, report = tmp_path / "out", tmp_path / "results.md"
     out.mkdir()
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     vectors = "out/results/data/squad/embeddings.npy"
     for row, f1, sha in (("squad/dynsan", 0.22, "aa"), ("squad/dynsan-no-cross", 0.24, "aa")):
         record = dict(_record(row, 0, {"em": 0.1, "f1": f1}), split="dev", inputs_sha256={vectors: sha * 32})
@@ -289,12 +290,12 @@ def test_rows_outside_the_hour_run_only_when_asked_and_the_report_says_so(tmp_pa
             assert what and {with_it, without} <= ids(runner.selected_rows([])), what
     assert "squad/dynsan" in ids(runner.selected_rows([]))  # the reading-comprehension path stays in the hour
     ablation = next(r for r in table.ROWS if r.id == "squad/dynsan-no-cross")
-    scratch = runner.Ledger(str(tmp_path / "scratch.json"))
+    scratch = Ledger(str(tmp_path / "scratch.json"))
     scratch.add("full-squad-dynsan-no-cross-seed0", _record(ablation.id, 0, {"em": 0.2, "f1": 0.3}, "full"))
     assert cells.hour_cell(ablation, scratch, "f1", "{:.1f}") == "left out of the hour's plan"
     out, report = tmp_path / "out", tmp_path / "results.md"
     out.mkdir()
-    ledger = runner.Ledger(str(out / "runs.json"))
+    ledger = Ledger(str(out / "runs.json"))
     writer.write_report(writer.report_rows(ledger), ledger, str(out), str(report))
     text = report.read_text()
     full_planned = sum(len(r.seeds_of("full")) for r in runner.selected_rows([], profile="full"))
@@ -360,7 +361,7 @@ def test_a_claim_is_judged_by_a_paired_test_over_the_same_questions(tmp_path):
     gsamn, plain = by_id["wikiqa/minilm-gsamn"], by_id["wikiqa/minilm-cross-encoder"]
     rng = np.random.default_rng(0)
     questions = [f"Q{i}" for i in range(60)]
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     for seed in range(3):  # GSAMN 0.1 AP better on every question, plus noise
         base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
         ledger.add(
@@ -400,7 +401,7 @@ def test_runs_that_read_other_data_are_marked_and_their_rows_not_compared(tmp_pa
     questions = [f"Q{i}" for i in range(60)]
     manifest, vectors = "out/results/data/wikiqa/manifest.json", "out/results/data/wikiqa/embeddings.npy"
     read = {manifest: "aa" * 32, vectors: "bb" * 32}
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     for seed in range(3):
         base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
         better = {q: v + 0.1 for q, v in base.items()}
@@ -435,7 +436,7 @@ def test_runs_that_read_other_data_are_marked_and_their_rows_not_compared(tmp_pa
         is None
     )
     word_row, distilled = by_id["wikiqa/iarnn-word"], by_id["wikiqa/iarnn-word-minilm-vectors"]
-    evidence = runner.Ledger(str(tmp_path / "evidence.json"))
+    evidence = Ledger(str(tmp_path / "evidence.json"))
     evidence.add(
         "full-wikiqa-iarnn-word-seed0", dict(_record(word_row.id, 0, {"map": 0.68}, "full"), inputs_sha256=read)
     )
@@ -460,7 +461,7 @@ def test_rows_that_trained_on_other_devices_or_precisions_are_marked_and_not_com
     gsamn, plain = by_id["wikiqa/minilm-gsamn"], by_id["wikiqa/minilm-cross-encoder"]
     rng = np.random.default_rng(2)
     questions = [f"Q{i}" for i in range(60)]
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     on_gpu = {"device": "cuda: NVIDIA H200", "precision": "bf16"}
     for seed in range(3):
         base = {q: float(v) for q, v in zip(questions, rng.uniform(0.3, 0.8, len(questions)))}
@@ -542,7 +543,7 @@ def test_runs_on_a_carried_copy_of_the_data_and_runs_on_its_build_read_the_same_
     assert on_copy["inputs_as_built_sha256"] == on_build["inputs_sha256"]
     before_named = {"inputs_sha256": on_copy["inputs_sha256"]}  # a record on the copy from before builds were named
 
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     assert cells.inputs_differ([on_build, on_copy], ledger) is None
     assert cells.inputs_differ([on_build, before_named], ledger) == f"{manifest} read with other contents"
     ledger.add("full-wikiqa-minilm-gsamn-seed0", on_copy)  # a later run on the same copy names its build
@@ -600,7 +601,7 @@ def test_records_name_their_data_without_the_folders_its_manifest_names(tmp_path
     before_kept = {"inputs_sha256": {manifest: sha256(manifest)}}  # a record from before the path-free sha256
     kept = runner.inputs_record({manifest: sha256(manifest)})
     path_free = kept["inputs_path_free_sha256"][manifest]
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.add("data:wikiqa", {"command": "python jobs/tokenize_corpora.py ...", "seconds": 1.0})
     runner.attest_manifests(out, ledger, {"wikiqa", "trecqa"})  # a step done before; trecqa is not here
     assert ledger.records["data:wikiqa"]["manifests"] == {sha256(manifest): path_free}
@@ -665,16 +666,16 @@ def test_the_ledger_file_holds_one_record_a_line_sorted_by_key(tmp_path):
     path = tmp_path / "ledger.json"
     indented = {"b-seed0": {"row": "x", "metrics": {"map": 0.5}}, "a-seed0": {"row": "y", "argv": [["jobs/t.py"]]}}
     path.write_text(json.dumps(indented, indent=1))
-    ledger = runner.Ledger(str(path))
+    ledger = Ledger(str(path))
     assert ledger.records == indented
     ledger.add("c-seed0", {"row": "z", "seconds": 1.5})
     lines = path.read_text().splitlines()
     assert lines[0] == "{" and lines[-1] == "}" and len(lines) == 5
     assert [line.split(":")[0] for line in lines[1:-1]] == ['"a-seed0"', '"b-seed0"', '"c-seed0"']
     assert lines[2] == '"b-seed0": {"row":"x","metrics":{"map":0.5}},'
-    assert runner.Ledger(str(path)).records == dict(indented, **{"c-seed0": {"row": "z", "seconds": 1.5}})
+    assert Ledger(str(path)).records == dict(indented, **{"c-seed0": {"row": "z", "seconds": 1.5}})
     ledger.remove("a-seed0"), ledger.remove("b-seed0"), ledger.remove("c-seed0")
-    assert path.read_text() == "{}\n" and runner.Ledger(str(path)).records == {}
+    assert path.read_text() == "{}\n" and Ledger(str(path)).records == {}
 
 
 def test_the_committed_ledger_is_under_a_megabyte():
@@ -688,7 +689,7 @@ def test_per_question_figures_live_beside_the_ledger_and_read_back_into_their_re
     re-recording another run leaves it untouched, removing the run removes it, a ledger written before the split
     reads as it did and is split on its next change, and a missing or mismatched file is one clear error."""
     path = tmp_path / "ledger.json"
-    ledger = runner.Ledger(str(path))
+    ledger = Ledger(str(path))
     figures = {"metric": "f1", "values": {f"q{i}": i / 10 for i in range(5)}}
     ledger.add("squad-dynsan-seed0", {"row": "squad/dynsan", "per_question": figures})
     ledger.add("rerun:squad-dynsan-seed0", {"rerun": 0.5, "per_question": figures})
@@ -703,7 +704,7 @@ def test_per_question_figures_live_beside_the_ledger_and_read_back_into_their_re
     side = tmp_path / "ledger-questions" / "squad-dynsan-seed0.json"
     assert sum(line.startswith('"q') for line in side.read_text().splitlines()) == 5  # a question a line
     assert (tmp_path / "ledger-questions" / "rerun%3Asquad-dynsan-seed0.json").exists()
-    assert runner.Ledger(str(path)).records["squad-dynsan-seed0"]["per_question"] == figures
+    assert Ledger(str(path)).records["squad-dynsan-seed0"]["per_question"] == figures
     written = side.stat().st_mtime_ns
     ledger.add("squad-dynsan-seed1", {"row": "squad/dynsan", "per_question": dict(figures, values={"q0": 1.0})})
     assert side.stat().st_mtime_ns == written  # not rewritten when another run is recorded
@@ -715,17 +716,17 @@ def test_per_question_figures_live_beside_the_ledger_and_read_back_into_their_re
     # a ledger from before the split, figures inline, reads as it did and is split on its next change
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"a": {"per_question": figures}}))
-    before = runner.Ledger(str(old))
+    before = Ledger(str(old))
     assert before.records["a"]["per_question"] == figures
     before.add("b", {"row": "x"})
-    assert "q3" not in old.read_text() and runner.Ledger(str(old)).records["a"]["per_question"] == figures
+    assert "q3" not in old.read_text() and Ledger(str(old)).records["a"]["per_question"] == figures
     # a file that went missing, or holds other figures than the ledger says, is named
     side.write_text(json.dumps({"metric": "f1", "values": {"q0": 1.0}}))
     with pytest.raises(ValueError, match=r"squad-dynsan-seed0\.json holds other figures"):
-        runner.Ledger(str(path))
+        Ledger(str(path))
     side.unlink()
     with pytest.raises(ValueError, match=r"record 'squad-dynsan-seed0' names per-question figures .*cannot be read"):
-        runner.Ledger(str(path))
+        Ledger(str(path))
 
 
 def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, monkeypatch):
@@ -736,7 +737,7 @@ def test_a_run_is_due_when_its_record_is_missing_or_its_plan_changed(tmp_path, m
         rows["wikiqa/minilm-gsamn-transfer"],
     )
     out = str(tmp_path)
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     done = plan.Run(gate, 0, "full")
     ledger.add(done.name, dict(_record(gate.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(done, out)))
     stale = plan.Run(gate, 1, "full")
@@ -761,7 +762,7 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     rows = {r.id: r for r in table.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
     out = str(tmp_path)
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     source, tuned = plan.Run(pretrain, 0, "full"), plan.Run(transfer, 0, "full")
     for run, commit in ((source, "abc1234-dirty"), (tuned, "abc1234")):
         record = dict(_record(run.row.id, 0, {"map": 0.5}, "full"), plan=runner.plan_of(run, out), commit=commit)
@@ -808,7 +809,7 @@ def test_runs_from_uncommitted_code_run_again_afresh_and_so_do_their_fine_tuning
     )
     assert runner.rerun_reason(ledger.records[new.name], True, retest=True, use_gpu=True) is None
     assert runner.rerun_reason(dict(on_gpu, commit="abc1234-dirty"), True) == "recorded from uncommitted code"
-    ledger.add(new.name, dict(ledger.records[new.name], cpu=runner.cpu_kind()))
+    ledger.add(new.name, dict(ledger.records[new.name], cpu=machine.cpu_kind()))
     retested = runner.todo_runs([gate], (0, 1, 2), out, "full", ledger, retest=True)
     assert [r.name for r in retested] == [old.name, unchecked.name]
     # and one whose data step wrote other vectors here since (the manifest not here tells nothing): only --retest
@@ -833,8 +834,8 @@ def test_to_this_device_runs_the_other_kind_of_devices_records_again_with_their_
         rows["wikiqa/minilm-gsamn"],
     )
     out = str(tmp_path)
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
-    on_cpu = {"device": "cpu", "precision": "fp32", "cpu": runner.cpu_kind()}
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    on_cpu = {"device": "cpu", "precision": "fp32", "cpu": machine.cpu_kind()}
     on_gpu = {"device": "cuda: NVIDIA H200", "precision": "bf16"}
     for row, device in ((pretrain, on_cpu), (transfer, on_cpu), (gsamn, on_gpu)):
         run = plan.Run(row, 0, "full")
@@ -878,7 +879,7 @@ def test_a_fine_tuning_that_did_not_start_from_its_sources_recorded_checkpoint_i
     rows = {r.id: r for r in table.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
     out = str(tmp_path)
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     sources = [plan.Run(pretrain, seed, "full") for seed in (0, 1, 2)]
     for seed, source in enumerate(sources):
         pretrained = dict(_record(pretrain.id, seed, {"map": 0.9}, "full"), plan=runner.plan_of(source, out))
@@ -951,7 +952,7 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
     rows = {r.id: r for r in table.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
     other = rows["trecqa/ctrn"]
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     order = []
 
     def run(item):
@@ -975,7 +976,7 @@ def test_the_scheduler_waits_for_pretraining_and_skips_the_dependants_of_a_faile
             raise RuntimeError("out of memory")
         ledger.add(item.name, {"row": item.row.id})
 
-    ledger = runner.Ledger(str(tmp_path / "again.json"))
+    ledger = Ledger(str(tmp_path / "again.json"))
     failed = runner.schedule([plan.Run(pretrain, 0), plan.Run(transfer, 0), plan.Run(other, 1)], 2, broken, ledger)
     assert failed == ["seqa-minilm-gsamn-pretrain-seed0", "wikiqa-minilm-gsamn-transfer-seed0"]
     assert list(ledger.records) == ["trecqa-ctrn-seed1"]
@@ -1008,12 +1009,12 @@ def test_a_run_asking_for_two_cpus_takes_two_lanes_and_is_not_overtaken_by_narro
             held[0] -= need
         ledger.add(item.name, {"row": item.row.id})
 
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     todo = [plan.Run(narrow, 0), plan.Run(wide, 0), plan.Run(narrow, 1), plan.Run(narrow, 2)]
     assert runner.schedule(todo, 2, run, ledger, lambda r: runner.run_cpus(r, out)) == []
     assert peak[0] == 2 and len(order) == 4
     assert order.index("wikiqa-minilm-cross-encoder-3-epochs-seed0") < order.index("trecqa-ctrn-seed1")
-    ledger, peak[0] = runner.Ledger(str(tmp_path / "one.json")), 0  # wider than the lanes: alone, not never
+    ledger, peak[0] = Ledger(str(tmp_path / "one.json")), 0  # wider than the lanes: alone, not never
     assert (
         runner.schedule([plan.Run(wide, 0), plan.Run(narrow, 0)], 1, run, ledger, lambda r: runner.run_cpus(r, out))
         == []
@@ -1034,7 +1035,7 @@ def test_a_jobs_summary_is_its_last_json_line_even_with_ray_log_lines_after_it(t
 def test_the_three_epoch_cross_encoder_says_how_much_of_the_gap_is_the_training_budget(tmp_path):
     by_id = {r.id: r for r in table.ROWS}
     hour, epochs = by_id["wikiqa/minilm-cross-encoder"], by_id["wikiqa/minilm-cross-encoder-3-epochs"]
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     for seed, value in enumerate([0.62, 0.64, 0.66]):
         ledger.add(f"hour-{seed}", _record(hour.id, seed, {"map": value, "mrr": value}))
     assert cells.budget_sentence(hour, epochs, ledger) is None  # not run yet: no sentence
@@ -1052,7 +1053,7 @@ def test_the_three_epoch_cross_encoder_says_how_much_of_the_gap_is_the_training_
 def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ablations_level(tmp_path):
     long_row = next(r for r in table.ROWS if r.id == "squad/dynsan-long")
     assert long_row in runner.selected_rows([], profile="full") and long_row not in runner.selected_rows([])
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     history = [[176 * epoch, {"em": 0.02 * epoch, "f1": 0.06 * epoch}] for epoch in range(1, 7)]
     ledger.add(
         "full-squad-dynsan-long-seed0",
@@ -1107,7 +1108,7 @@ def test_the_long_dynsan_run_shows_its_learning_curve_and_when_it_reached_the_ab
 
 def test_each_row_says_how_long_its_runs_trained_and_whether_they_were_still_improving(tmp_path):
     row = next(r for r in table.ROWS if r.id == "wikiqa/ggsa")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     curves = {0: [0.5, 0.6, 0.55, 0.52], 1: [0.5, 0.55, 0.58, 0.6, 0.62]}  # seed 0 stopped early, seed 1 did not
     for seed, maps in curves.items():
         history = [[68 * (i + 1), {"map": value}] for i, value in enumerate(maps)]
@@ -1127,7 +1128,7 @@ def test_dynsan_runs_recorded_under_an_earlier_budget_say_which_and_that_they_wa
     squad = [
         r for r in runner.selected_rows([], profile="full") if r.section == "squad" and r.id != "squad/dynsan-long"
     ]
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
 
     def recorded(epochs):
         ledger.add(
@@ -1147,7 +1148,7 @@ def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_l
     """DYNSAN_ABLATION_EPOCHS is read off the long DynSAN run's curve in the committed ledger: the first epoch at
     which its dev F1 reached ABLATION_F1. A re-run long curve that says otherwise fails here."""
     path = os.path.join(plan.REPO, "docs", "results", "ledger.json")
-    record = runner.Ledger(path).records.get("full-squad-dynsan-long-seed0") if os.path.exists(path) else None
+    record = Ledger(path).records.get("full-squad-dynsan-long-seed0") if os.path.exists(path) else None
     if not record or not record.get("dev_history"):
         pytest.skip("the long DynSAN run is not in the committed ledger yet")
     per_epoch = -(-5609 // 32)
@@ -1177,7 +1178,7 @@ def test_a_gpu_run_is_the_same_plan_on_another_device(tmp_path):
 
 def test_each_device_s_runs_are_timed_apart(tmp_path):
     row = next(r for r in table.ROWS if r.id == "wikiqa/ggsa")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.add("full-wikiqa-ggsa-seed0", dict(_record(row.id, 0, {"map": 0.6}, "full"), seconds=3600.0))
     for seed in (1, 2):
         ledger.add(
@@ -1222,14 +1223,14 @@ def test_records_carry_no_machine_path():
         "checkpoints": ["/work/another-clone/out/results/runs/x-seed0/checkpoint_1", "out/results/runs/y"],
         "seed": 0,
     }
-    assert runner.portable(record) == {
+    assert portable(record) == {
         "command": "python jobs/tokenize_corpora.py --input ../shared/data/wikiqa --output out/results/data/wikiqa",
         "exclude": "wikiqa=../shared/data/wikiqa trecqa=../shared/data/trecqa/jacana_xml",
         "config": {"storage_path": "out/results/runs", "encoder_path": "minilm", "mpnet": "mpnet-base"},
         "checkpoints": ["out/results/runs/x-seed0/checkpoint_1", "out/results/runs/y"],
         "seed": 0,
     }
-    assert runner.portable(runner.portable(record)) == runner.portable(record)
+    assert portable(portable(record)) == portable(record)
 
 
 def test_a_run_is_recorded_at_the_commit_it_started_from_and_marked_when_the_tree_changed_under_it(
@@ -1239,7 +1240,7 @@ def test_a_run_is_recorded_at_the_commit_it_started_from_and_marked_when_the_tre
     an edit) leaves no commit holding what ran, so the record says -dirty and the run is due again."""
     row = next(r for r in table.ROWS if r.id == "wikiqa/minilm-zero-shot")
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for trees, recorded in (
         (["abc1234", "abc1234"], "abc1234"),
         (["abc1234", "def5678"], "abc1234-dirty"),  # committed while it ran
@@ -1261,9 +1262,9 @@ def test_a_zero_shot_record_keeps_the_sha256_of_the_data_it_scored_and_is_not_re
     manifest.write_text('{"shards": []}\n')
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
-    record = runner.run_one(runner.Run(row, 0, "full"), str(out), {}, runner.Ledger(str(tmp_path / "ledger.json")))
+    record = runner.run_one(runner.Run(row, 0, "full"), str(out), {}, Ledger(str(tmp_path / "ledger.json")))
     assert record["inputs_sha256"] == {str(manifest): hashlib.sha256(manifest.read_bytes()).hexdigest()}
-    assert record["cpu"] == runner.cpu_kind()  # rerun.py's "same kind of device" for a CPU record
+    assert record["cpu"] == machine.cpu_kind()  # rerun.py's "same kind of device" for a CPU record
     assert runner.rerun_reason(dict(record, per_question={"metric": "ap", "values": {}}), True, retest=True) is None
 
 
@@ -1281,7 +1282,7 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}] + [{"map": 0.5}] * 2)
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
 
     def due_and_run(retest: bool = True) -> dict:
         assert runner.todo_runs([row], (0,), out, "full", ledger, retest) == [run]
@@ -1296,7 +1297,7 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     assert again["replaces"] == {k: unnamed[k] for k in runner.REPLACED_FIELDS if k in unnamed}
     assert again["replaces"]["commit"] == "0ld0ld0" and f"replaced:{run.name}" not in ledger.records
     lines = writer.runs_run_again(ledger)
-    here = writer.describe_cpu(runner.cpu_kind())
+    here = machine.describe_cpu(machine.cpu_kind())
     assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | the same | 1 | 1 | 0 | - |" in lines
     ledger.add(run.name, dict(ledger.records[run.name], commit="abc1234-dirty"))  # from a clean tree: again
     manifest.write_text('{"shards": ["another"]}\n')  # the data step ran again since, to other data
@@ -1316,14 +1317,14 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     # the new record and the end of what it replaces are one write: no crash between them leaves both
     runner.set_aside(ledger, run, ledger.records[run.name])
     writes = []
-    write = runner.Ledger._change
-    monkeypatch.setattr(runner.Ledger, "_change", lambda self, change: (writes.append(1), write(self, change)))
+    write = Ledger._change
+    monkeypatch.setattr(Ledger, "_change", lambda self, change: (writes.append(1), write(self, change)))
     assert runner.run_one(run, out, {}, ledger)["replaces"] and len(writes) == 1
-    assert f"replaced:{run.name}" not in runner.Ledger(ledger.path).records
+    assert f"replaced:{run.name}" not in Ledger(ledger.path).records
 
 
 def test_the_page_counts_reruns_that_trained_to_the_same_weights_where_both_records_fingerprint_them(tmp_path):
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     cpu = {"processor": "AMD EPYC (family 25, model 17)", "kernels": "AVX512"}
     for seed, (before, after) in enumerate((("aa", "aa"), ("bb", "cc"), (None, "dd"))):
         earlier = dict(_record("trecqa/qrnn", seed, {"map": 0.5}, "full"), cpu=cpu, device="cpu", commit="abc1234")
@@ -1346,7 +1347,7 @@ def test_a_left_run_folder_resumes_only_under_the_same_plan_and_commit(tmp_path,
     run, out, tree = runner.Run(row, 0, "full"), tmp_path / "out", {"commit": "abc1234"}
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": {"map": 0.5}, "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: tree["commit"])
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     checkpoint = out / "runs" / run.name / "checkpoint_1"
 
     def interrupted_and_run_again():
@@ -1377,7 +1378,7 @@ def test_the_committed_ledger_and_page_name_no_machine_path():
 def test_rows_from_uncommitted_code_are_marked_and_a_dirty_tree_is_refused(tmp_path, monkeypatch, capsys):
     from experiments import results
 
-    ledger = runner.Ledger(str(tmp_path / "runs.json"))
+    ledger = Ledger(str(tmp_path / "runs.json"))
     for seed in range(3):
         record = _record("wikiqa/iarnn-gate", seed, {"map": 0.7, "mrr": 0.71, "p@1": 0.5})
         ledger.add(f"wikiqa-iarnn-gate-seed{seed}", dict(record, commit="abc1234-dirty" if seed == 1 else "abc1234"))
@@ -1400,7 +1401,7 @@ def test_the_report_never_replaces_the_ledger_or_a_file_that_is_not_a_report(tmp
     line, exit 2, before any work, and nothing on disk changes; an earlier report is replaced as before."""
     from experiments import results
 
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.add("wikiqa-iarnn-gate-seed0", _record("wikiqa/iarnn-gate", 0, {"map": 0.7, "mrr": 0.71, "p@1": 0.5}))
     (tmp_path / "README.md").write_text("# My project\n")
     before = {name: (tmp_path / name).read_bytes() for name in sorted(os.listdir(tmp_path)) if name.endswith(".md")}
@@ -1474,7 +1475,7 @@ def test_the_dry_run_lists_a_record_from_uncommitted_code_as_due_from_a_clean_tr
 
     gate = next(r for r in table.ROWS if r.id == "trecqa/iarnn-gate")
     out = str(tmp_path / "out")  # outside the repository: commands name it as it is
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for seed, commit in ((0, "abc1234"), (1, "abc1234-dirty"), (2, "abc1234")):
         run = plan.Run(gate, seed, "full")
         ledger.add(run.name, dict(_record(gate.id, seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out)))
@@ -1494,7 +1495,7 @@ def test_the_dry_run_lists_only_the_data_its_rows_read_and_marks_what_is_done(tm
 
     monkeypatch.setattr(results, "git_commit", lambda: "abc1234")
     out = tmp_path / "out"
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     argv = ["--dry-run", "--profile", "full", "--only", "wikiqa/iarnn-gate", "--ledger", ledger.path, "--out", str(out)]
 
     def listed(*more: str, job: str) -> list[str]:
@@ -1517,7 +1518,7 @@ def test_the_dry_run_lists_only_the_data_its_rows_read_and_marks_what_is_done(tm
 
 
 def test_a_record_names_the_software_it_ran_with():
-    versions = runner.software_versions()
+    versions = machine.software_versions()
     assert set(versions) == {"python", "torch", "ray", "transformers", "numpy", "pyarrow"}
     assert versions["torch"].startswith("2.") and all(versions.values())
 
@@ -1537,14 +1538,14 @@ def test_the_reports_own_outputs_do_not_make_the_code_dirty(tmp_path, monkeypatc
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "one")
-    monkeypatch.setattr(runner, "REPO", str(tmp_path))
-    clean = runner.git_commit()
+    monkeypatch.setattr(machine, "REPO", str(tmp_path))
+    clean = machine.git_commit()
     assert len(clean) == 7 and not clean.endswith("-dirty")
     (tmp_path / "docs" / "results" / "ledger.json").write_text('{"a": 1}\n')
     (tmp_path / "docs" / "results.md").write_text("# page, rewritten\n")
-    assert runner.git_commit() == clean
+    assert machine.git_commit() == clean
     (tmp_path / "code.py").write_text("x = 2\n")
-    assert runner.git_commit() == clean + "-dirty"
+    assert machine.git_commit() == clean + "-dirty"
 
 
 def _transfer_curve_ledger(path, levels, seed=1, baseline=None):
@@ -1554,7 +1555,7 @@ def _transfer_curve_ledger(path, levels, seed=1, baseline=None):
     import numpy as np
 
     by_id = {r.id: r for r in table.ROWS}
-    ledger = runner.Ledger(str(path))
+    ledger = Ledger(str(path))
     rng = np.random.default_rng(seed)
     questions = [f"Q{i}" for i in range(80)]
     own = np.random.default_rng(seed + 100)  # the points' draws stay as they are without a baseline
@@ -1646,7 +1647,7 @@ def test_every_run_shows_the_argument_lists_that_ran_with_a_gpu_runs_device_opti
     )
     older = _record("wikiqa/minilm-gsamn", 1, {"map": 0.74}, "full")  # recorded before argument lists were kept
     older_gpu = dict(_record("wikiqa/minilm-gsamn", 2, {"map": 0.74}, "full"), device="cuda: NVIDIA H100 80GB HBM3")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     lines = writer.runs_section({"full-a-seed0": gpu, "full-a-seed1": older, "full-a-seed2": older_gpu}, ledger)
     (gpu_line,) = [line for line in lines if "| 0 | test |" in line]
     (older_line,) = [line for line in lines if "| 1 | test |" in line]
@@ -1690,7 +1691,7 @@ def test_an_invocation_prepares_only_the_data_its_due_runs_read(tmp_path, monkey
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
     rows = {r.id: r for r in table.ROWS}
     gate, squad = rows["trecqa/iarnn-gate"], rows["squad/dynsan"]
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for run in plan.runs_of([gate], "full"):
         record = dict(_record(gate.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
         ledger.add(run.name, dict(record, commit="abc1234"))
@@ -1716,7 +1717,7 @@ def test_the_dry_run_lists_the_fine_tunings_of_a_run_that_runs_again(tmp_path, m
     rows = {r.id: r for r in table.ROWS}
     pretrain, transfer = rows["seqa/minilm-gsamn-pretrain"], rows["wikiqa/minilm-gsamn-transfer"]
     out = str(tmp_path / "out")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for run in plan.runs_of([pretrain, transfer], "full"):
         record = dict(_record(run.row.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
         ledger.add(run.name, dict(record, commit="abc1234-dirty" if run.row is pretrain else "abc1234"))
@@ -1740,7 +1741,7 @@ def test_data_sets_are_prepared_longest_first_by_their_recorded_seconds(tmp_path
     key_of = {tuple(step.argv): step.key for step in plan.data_steps(out)}
     ran: list[str] = []
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log, summary: ran.append(key_of[tuple(argv)]))
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for key, seconds in (("wikiqa", 50.0), ("wikiqa-vectors", 60.0), ("trecqa", 47.0), ("trecqa-vectors", 70.0)):
         ledger.add(f"data:{key}", {"command": "python ...", "seconds": seconds})
     only = {"wikiqa", "wikiqa-vectors", "trecqa", "trecqa-vectors", "squad"}
@@ -1770,7 +1771,7 @@ def test_a_vectors_step_records_the_openblas_kernels_it_trained_on(tmp_path, mon
             f.write("done")
 
     monkeypatch.setattr(runner, "run_job", job)
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     runner.prepare_data(out, {}, ledger, {"trecqa", "trecqa-vectors", "wikiqa", "wikiqa-minilm-vectors"}, lanes=1)
     assert ledger.records["data:trecqa-vectors"]["blas_kernels"] == "SkylakeX"
     assert "blas_kernels" not in ledger.records["data:wikiqa-minilm-vectors"]
@@ -1793,7 +1794,7 @@ def test_prepare_only_prepares_every_selected_rows_data_and_runs_nothing(tmp_pat
     ran: list[str] = []
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log, summary: ran.append(key_of[tuple(argv)]))
     gate = next(r for r in table.ROWS if r.id == "wikiqa/iarnn-gate")
-    ledger = runner.Ledger(str(tmp_path / "ledger.json"))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
     for run in plan.runs_of([gate], "full"):
         record = dict(_record(gate.id, run.seed, {"map": 0.5}, "full"), plan=runner.plan_of(run, out))
         ledger.add(run.name, dict(record, commit="abc1234"))
@@ -1806,7 +1807,7 @@ def test_prepare_only_prepares_every_selected_rows_data_and_runs_nothing(tmp_pat
     report.unlink()
     assert results.main([*argv, "--prepare-only"]) == 0
     assert ran == ["wikiqa", "wikiqa-vectors"] and not report.exists()
-    stored = runner.Ledger(ledger.path).records
+    stored = Ledger(ledger.path).records
     assert {key for key in stored if key.startswith("data:")} == {"data:wikiqa", "data:wikiqa-vectors"}
     assert json.dumps({k: v for k, v in stored.items() if not k.startswith("data:")}, sort_keys=True) == runs
     assert "nothing run" in capsys.readouterr().err
@@ -1825,16 +1826,16 @@ def test_only_an_invocation_that_ran_the_whole_plan_times_it(tmp_path, monkeypat
     ledger_path = str(tmp_path / "ledger.json")
     argv = ["--profile", "hour", "--skip-efficiency", "--ledger", ledger_path, "--out", str(tmp_path / "out")]
     assert results.main([*argv, "--report", str(tmp_path / "results.md")]) == 0
-    assert "meta:hour" not in runner.Ledger(ledger_path).records
+    assert "meta:hour" not in Ledger(ledger_path).records
     assert "3 of the plan's 71 runs ran in this invocation" in capsys.readouterr().out
     done = runner.Invocation(data_seconds=120.0, runs_done=71, runs_planned=71)
     assert results.main([*argv, "--report", str(tmp_path / "results.md")]) == 0
-    meta = runner.Ledger(ledger_path).records["meta:hour"]
+    meta = Ledger(ledger_path).records["meta:hour"]
     assert meta["data_wall_s"] == 120.0 and meta["commit"] == "abc1234" and meta["wall_s"] < 60
     assert meta["runs"] == sorted(writer.planned_runs("hour"))  # what it timed
     assert meta["efficiency_s"] == 0.0  # --skip-efficiency
     assert results.main([*argv, "--only", "wikiqa/*", "--report", str(tmp_path / "results.md")]) == 0
-    assert runner.Ledger(ledger_path).records["meta:hour"] == meta  # a selection is not the plan either
+    assert Ledger(ledger_path).records["meta:hour"] == meta  # a selection is not the plan either
 
 
 # What a GPU node's image holds of the project's dependencies differs from a full install: the data steps' HTML,
