@@ -20,7 +20,7 @@ def device_name(gpus_per_run: float | None) -> str:
 
 
 def gpu_name(device: str) -> str:
-    """The GPU a record's `device` names, as the page says it ("cuda: NVIDIA H200" is "NVIDIA H200")."""
+    """The GPU a record's `device` names, as the page says it ("cuda: NVIDIA H200" is "NVIDIA H200"; "cpu" stays)."""
     return device.removeprefix("cuda: ")
 
 

@@ -54,7 +54,7 @@ if __package__ in (None, ""):  # run as `python experiments/rerun.py` from a clo
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.ledger import Ledger
-from experiments.machine import cpu_kind, cpu_mismatch, describe_cpu, device_name, git_commit
+from experiments.machine import cpu_kind, cpu_mismatch, describe_cpu, device_name, git_commit, trained_on_gpu
 from experiments.plan import REPO, say
 from experiments.report import run_records
 from experiments.rows import ROWS
@@ -108,7 +108,9 @@ def primary_figure(test: dict) -> str:
 
 
 def is_gpu_record(record: dict) -> bool:
-    return str(record.get("device", "cpu")).startswith("cuda") or any("--use-gpu" in a for a in record.get("argv", []))
+    """Whether a record's run trained on a GPU, by its `device` or, for a record older than that field, by the
+    `--use-gpu` its argument lists carry."""
+    return trained_on_gpu(record) or any("--use-gpu" in a for a in record.get("argv", []))
 
 
 def why_not_here(name: str, record: dict, gpu_here: bool, commit_known, cpu_here: dict | None = None) -> str | None:
