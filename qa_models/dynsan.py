@@ -25,6 +25,23 @@ passages concatenated end to end with a rank embedding added to each passage's t
 the whole; then either the extractive head (start and end distributions over all tokens; the loss sums the
 probability of every occurrence of the answer, as HAS does) or the multiple-choice head (eq. 7-8: a softmax
 over all tokens, a candidate's probability the sum over its mentions).
+
+Table 3's (g) and (h) put Bi-BloSA in place of every DynSA block (Shen, Zhou, Long, Jiang and Zhang, "Bi-Directional
+Block Self-Attention for Fast and Memory-Efficient Sequence Modeling", ICLR 2018; the paper used the authors' code,
+which this follows: `bi_directional_simple_block_attention`). In each direction (forward: a position reads only
+positions before it; backward: after), over the sequence cut into blocks of r = ceil((2L)^(1/3)) tokens:
+
+    H   = ELU(W^m X + b^m)                                            the tokens, mapped
+    f(h_i, h_j) = 5 tanh((W^1 h_j + W^2 h_i + b) / 5)                  a score per feature (multi-dimensional)
+    S_i = sum_j softmax_j(f(h_i, h_j)) * h_j over j of i's block in the direction      intra-block attention
+    v_b = sum_i softmax_i(W^s S_i + b^s) * S_i over block b's tokens            each block summarised
+    E_b = DiSA(v_1 ... v_M)_b: the same masked attention over the blocks, fused with its input by a gate
+    G, N = W^c [H_i; S_i; E_b(i)] + b^c;  out_i = sigmoid(G) * ELU(N) + (1 - sigmoid(G)) * H_i
+
+and the block is Y = F^Y([out^fw; out^bw]) + U, as the DynSA block's eq. 5, with U the input, (h) after the local
+encoder's two convolutions, (g) without them. Here a block of padding only is left out of the attention between
+blocks (the authors' code lets every block be read, so a row's output would depend on its batch's padding), and r
+follows the batch's longest row, as the authors' padded length does.
 """
 
 from __future__ import annotations
@@ -69,6 +86,8 @@ class DynSANConfig:
     convolutions: bool = True
     selection: str = "gate"  # "gate" (the paper) or "random"
     gate: bool = True
+    # (g), (h): block="biblosa" puts Bi-BloSA in place of every DynSA block, (g) with convolutions=False
+    block: str = "dynsa"
     freeze_embeddings: bool = True
     pad_id: int = 0
 
@@ -207,6 +226,116 @@ class DynSABlock(nn.Module):
         return gates / gates.amax(-1, keepdim=True).clamp_min(1e-9)  # g_h / max(g_h): (B, H, L)
 
 
+def block_length(length: int) -> int:
+    """Bi-BloSA's block length for a sequence of `length` tokens: the smallest r with r^3 >= 2L, the authors'
+    ceil((2L)^(1/3)), which minimises the attention's memory (L r within blocks against (L / r)^2 between them)."""
+    r = 1
+    while r**3 < 2 * length:
+        r += 1
+    return r
+
+
+def _directional(length: int, direction: str, device: torch.device) -> torch.Tensor:
+    """(L, L) True where position i (row) may read position j (column): j < i forward, j > i backward."""
+    i = torch.arange(length, device=device)
+    return i[:, None] > i[None, :] if direction == "forward" else i[:, None] < i[None, :]
+
+
+def _feature_attention(logits: torch.Tensor, allowed: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Multi-dimensional attention: `logits` (..., I, J, D) softmaxed over J feature by feature where `allowed`
+    (..., I, J) holds, `values` (..., J, D) so weighted; a position allowed nothing reads zeros. -> (..., I, D)"""
+    logits = logits.masked_fill(~allowed[..., None], torch.finfo(logits.dtype).min)
+    weights = torch.softmax(logits, -2) * allowed[..., None].to(logits.dtype)  # (..., I, J, D)
+    return (weights * values.unsqueeze(-3)).sum(-2)
+
+
+class DirectionalAttention(nn.Module):
+    """DiSA (Shen et al., "DiSAN: Directional Self-Attention Network for RNN/CNN-Free Language Understanding",
+    AAAI 2018), as Bi-BloSA applies it between blocks: the masked multi-dimensional attention over positions, then
+    a gate fusing each position's mapping with what it read."""
+
+    def __init__(self, dim: int, direction: str, dropout: float = 0.0):
+        super().__init__()
+        self.direction = direction
+        self.map = nn.Linear(dim, dim)
+        self.dependent = nn.Linear(dim, dim, bias=False)  # W^1, of the position read
+        self.head = nn.Linear(dim, dim, bias=False)  # W^2, of the position reading
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.fuse_mapped = nn.Linear(dim, dim)
+        self.fuse_read = nn.Linear(dim, dim, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # x: (B, N, D), mask (B, N)
+        h = F.elu(self.map(self.dropout(x)))  # (B, N, D)
+        dropped = self.dropout(h)
+        pairs = self.dependent(dropped)[:, None, :, :] + self.head(dropped)[:, :, None, :] + self.bias  # (B, N, N, D)
+        allowed = _directional(x.size(1), self.direction, x.device) & mask[:, None, :]  # (B, N, N)
+        read = _feature_attention(5 * torch.tanh(pairs / 5), allowed, h)  # (B, N, D)
+        gate = torch.sigmoid(self.fuse_mapped(h) + self.fuse_read(read))
+        return (gate * h + (1 - gate) * read) * mask[..., None].to(h.dtype)
+
+
+class MaskedBlockSelfAttention(nn.Module):
+    """One direction of Bi-BloSA (module docstring): attention within blocks, between their summaries (DiSA), and
+    the gated fusion of a token's mapping, its block's reading and the blocks' context."""
+
+    def __init__(self, dim: int, direction: str, dropout: float = 0.0):
+        super().__init__()
+        self.direction = direction
+        self.map = nn.Linear(dim, dim)
+        self.dependent_head = nn.Linear(dim, 2 * dim, bias=False)  # W^1 and W^2
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.summary = nn.Linear(dim, dim)  # W^s: a block's source-to-token attention, feature by feature
+        self.between = DirectionalAttention(dim, direction, dropout)
+        self.combine = nn.Linear(3 * dim, 2 * dim)  # W^c: the new context and its gate
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, block: int) -> torch.Tensor:
+        # x: (B, L, D), mask (B, L); the sequence in M blocks of `block` (r) tokens, the last padded
+        batch, length, dim = x.shape
+        blocks = -(-length // block)
+        x = F.pad(x, (0, 0, 0, blocks * block - length)).view(batch, blocks, block, dim)  # (B, M, r, D)
+        m = F.pad(mask, (0, blocks * block - length)).view(batch, blocks, block)  # (B, M, r)
+        h = F.elu(self.map(self.dropout(x)))  # H: (B, M, r, D)
+        dependent, head = self.dependent_head(self.dropout(h)).chunk(2, -1)  # each (B, M, r, D)
+        pairs = dependent[:, :, None] + head[:, :, :, None] + self.bias  # (B, M, r, r, D)
+        allowed = _directional(block, self.direction, x.device) & m[:, :, None, :] & m[:, :, :, None]  # (B, M, r, r)
+        within = _feature_attention(5 * torch.tanh(pairs / 5), allowed, h)  # S: (B, M, r, D)
+        scores = self.summary(within).masked_fill(~m[..., None], torch.finfo(x.dtype).min)  # (B, M, r, D)
+        summary = (torch.softmax(scores, 2) * m[..., None].to(x.dtype) * within).sum(2)  # v: (B, M, D)
+        context = self.between(summary, m.any(-1))  # E: (B, M, D), blocks of padding only left out
+        fused = torch.cat([h, within, context[:, :, None].expand(-1, -1, block, -1)], -1)  # (B, M, r, 3D)
+        new, gate = self.combine(self.dropout(fused)).chunk(2, -1)  # each (B, M, r, D)
+        gate = torch.sigmoid(gate)
+        out = gate * F.elu(new) + (1 - gate) * h  # (B, M, r, D)
+        return out.reshape(batch, blocks * block, dim)[:, :length]
+
+
+class BiBloSABlock(nn.Module):
+    """Table 3 (g) and (h): Bi-BloSA in place of the DynSA block, Y = F^Y([out^fw; out^bw]) + U, U the input after
+    the local encoder's convolutions ((h)) or the input itself ((g)). Its gate L1 is zero: Bi-BloSA has no gate to
+    regularise, so eq. 6 adds nothing."""
+
+    def __init__(self, dim: int, kernel: int, dropout: float = 0.0, convolutions: bool = False):
+        super().__init__()
+        self.local = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(2 if convolutions else 0))
+        self.forward_attention = MaskedBlockSelfAttention(dim, "forward", dropout)
+        self.backward_attention = MaskedBlockSelfAttention(dim, "backward", dropout)
+        self.out = nn.Linear(2 * dim, dim)  # F^Y
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Y (B, L, D) and zeros (B,) for the gate's L1 norm. x: (B, L, D), mask (B, L)."""
+        for conv in self.local:
+            x = conv(x, mask)
+        u = x  # U: (B, L, D)
+        block = block_length(int(mask.sum(1).max()) if mask.any() else 1)  # the batch's longest row
+        both = torch.cat([self.forward_attention(u, mask, block), self.backward_attention(u, mask, block)], -1)
+        y = self.out(self.dropout(both)) + u  # (B, L, D)
+        return y * mask[..., None].to(y.dtype), u.new_zeros(u.size(0))
+
+
 class CharCNN(nn.Module):
     """Kim (2014): character embeddings, one convolution, max-pooling over each word's characters.
 
@@ -324,7 +453,17 @@ class DynSAN(nn.Module):
         self.highway = Highway(width, 2)
         self.project = nn.Linear(width, config.dim)
 
-        def block():
+        if config.block not in ("dynsa", "biblosa"):
+            raise ValueError(f"block must be 'dynsa' or 'biblosa', got {config.block!r}")
+        if config.block == "biblosa" and (not config.self_attention or config.selection != "gate" or not config.gate):
+            raise ValueError(
+                "block='biblosa' replaces the DynSA block: self_attention, selection and gate are the DynSA "
+                "block's switches (ablations (b), (d), (e)) and do not combine with it"
+            )
+
+        def block() -> nn.Module:
+            if config.block == "biblosa":
+                return BiBloSABlock(config.dim, config.kernel, config.dropout, config.convolutions)
             return DynSABlock(
                 config.dim,
                 config.heads,

@@ -1155,7 +1155,7 @@ def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_l
     reached = next((step for step, f in record["dev_history"] if f["f1"] * 100 >= table.ABLATION_F1), None)
     assert reached is not None and -(-reached // per_epoch) == table.DYNSAN_ABLATION_EPOCHS
     ablations = [r for r in runner.selected_rows([], profile="full") if r.section == "squad"]
-    assert len(ablations) == 7  # the full model and (a)-(f) of Table 3
+    assert len(ablations) == 9  # the full model and (a)-(h) of Table 3
     for row in ablations:
         argv = runner.commands(row, 0, "out", "full")[0]
         assert argv[argv.index("--epochs") + 1] == str(table.DYNSAN_ABLATION_EPOCHS)

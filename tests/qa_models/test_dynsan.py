@@ -1,19 +1,24 @@
 """DynSAN: the DynSA block against attention over its chosen tokens computed by hand, equal to the block without
 selection when K covers the sequence, memory linear in L, the passage split, both heads' likelihoods by hand,
 padding invariance of the whole network, the character CNN and the local convolutions against their textbook
-Conv1d forms."""
+Conv1d forms; Bi-BloSA (Table 3 (g), (h)): its attention against loops by hand, each direction reading only its
+side, blocks of padding left out, and the network built with it in place of the DynSA block."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from qa_models.dynsan import (
+    BiBloSABlock,
     CharCNN,
     DepthwiseSeparableConv,
+    DirectionalAttention,
     DynSABlock,
     DynSAN,
     DynSANConfig,
+    MaskedBlockSelfAttention,
     _occurrence_nll,
+    block_length,
     join_passages,
     split_passages,
 )
@@ -183,10 +188,11 @@ def _passage_batch(extra_q=0, extra_c=0):
     )
 
 
+@pytest.mark.parametrize("block", ["dynsa", "biblosa"])
 @pytest.mark.parametrize("task", ["extractive", "multiple_choice"])
-def test_the_network_is_padding_invariant(task):
+def test_the_network_is_padding_invariant(task, block):
     torch.manual_seed(0)
-    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": task})).eval()
+    model = DynSAN(DynSANConfig(**{**DynSANConfig.tiny().__dict__, "task": task, "block": block})).eval()
     with torch.no_grad():
         plain, padded = model(*_passage_batch()), model(*_passage_batch(extra_q=3, extra_c=6))
     mask = _passage_batch()[5]
@@ -286,3 +292,99 @@ def test_the_local_convolution_is_depthwise_then_pointwise_conv1d_over_zeroed_pa
         return x + F.relu(conv.pointwise(conv.depthwise(h))).transpose(1, 2)
 
     _same_with_gradients(lambda: conv(x, mask), textbook, [x], [conv])
+
+
+def test_bi_blosa_blocks_are_the_cube_root_of_twice_the_length():
+    # the authors' ceil((2L)^(1/3)): 400 tokens in blocks of 10 (2L = 800, 9^3 = 729), 4 in blocks of 2
+    assert [block_length(n) for n in (1, 4, 13, 14, 400, 500, 4096)] == [2, 2, 3, 4, 10, 10, 21]
+
+
+def test_directional_attention_by_hand():
+    """DiSA: per feature, softmax over the positions a position may read of 5 tanh((W1 h_j + W2 h_i + b) / 5),
+    the reading fused with h_i by a gate; forward reads j < i, backward j > i; the first position (forward) reads
+    nothing, so its output is its gated mapping alone."""
+    torch.manual_seed(0)
+    x, mask = torch.randn(2, 5, 4), torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    for direction in ("forward", "backward"):
+        disa = DirectionalAttention(4, direction).eval()
+        with torch.no_grad():
+            got = disa(x, mask)
+            for b in range(2):
+                for i in range(5):
+                    h = F.elu(disa.map(x[b]))  # (N, D)
+                    readable = [j for j in range(5) if mask[b, j] and (j < i if direction == "forward" else j > i)]
+                    read = torch.zeros(4)
+                    if readable:
+                        f = torch.stack(
+                            [5 * torch.tanh((disa.dependent(h[j]) + disa.head(h[i]) + disa.bias) / 5) for j in readable]
+                        )
+                        read = (torch.softmax(f, 0) * h[readable]).sum(0)
+                    gate = torch.sigmoid(disa.fuse_mapped(h[i]) + disa.fuse_read(read))
+                    want = (gate * h[i] + (1 - gate) * read) if mask[b, i] else torch.zeros(4)
+                    torch.testing.assert_close(got[b, i], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_masked_block_attention_reads_only_its_side(direction):
+    """A position's output in one direction changes with the tokens of the blocks on its side (through their
+    summaries) and never with those of the blocks on the other side. Within its own block it may: the block's
+    context E_b fuses the block's own summary, as DiSA's output keeps each position's own mapping."""
+    torch.manual_seed(0)
+    attention = MaskedBlockSelfAttention(6, direction).eval()
+    x, mask = torch.randn(1, 11, 6), torch.ones(1, 11, dtype=torch.bool)
+    with torch.no_grad():
+        base = attention(x, mask, 3)
+        # the middle of blocks 0, 1 and 2: a block's summary is of its intra-block readings, and a block's first
+        # token (backward) or last (forward) is read by none of them
+        for j in (1, 4, 7):
+            changed = x.clone()
+            changed[0, j] += 1.0
+            moved = (attention(changed, mask, 3) - base).abs().amax(-1)[0]  # (L,)
+            first, last = 3 * (j // 3), 3 * (j // 3) + 2  # j's block
+            before, after = moved[:first], moved[last + 1 :]
+            same, differ = (after, before) if direction == "backward" else (before, after)
+            assert torch.all(same == 0), (j, same)
+            assert torch.all(differ > 0), (j, differ)
+            if direction == "forward":  # within the block, the positions after j read it
+                assert torch.all(moved[j + 1 : last + 1] > 0)
+
+
+def test_bi_blosa_leaves_padding_and_blocks_of_padding_out():
+    torch.manual_seed(0)
+    block = BiBloSABlock(6, 3, convolutions=True).eval()
+    x = torch.randn(1, 7, 6)
+    with torch.no_grad():
+        alone = block(x, torch.ones(1, 7, dtype=torch.bool))[0]
+        padded_x = torch.cat([x, torch.randn(1, 9, 6)], 1)  # 16 tokens: garbage in the padding, three blocks of it
+        mask = torch.tensor([[True] * 7 + [False] * 9])
+        longer = torch.cat([padded_x, torch.randn(1, 16, 6)], 0)
+        longer_mask = torch.cat([mask, torch.ones(1, 16, dtype=torch.bool)], 0)
+        padded, gate_l1 = block(padded_x, mask)
+    torch.testing.assert_close(padded[:, :7], alone, atol=1e-5, rtol=1e-5)  # r = 3 in both: the longest row is 7
+    assert torch.all(padded[:, 7:] == 0) and torch.all(gate_l1 == 0)
+    # batched with a longer row the blocks follow that row (r = 4), as the authors' padded length does
+    with torch.no_grad():
+        batched = block(longer, longer_mask)[0]
+    assert block_length(16) == 4 and not torch.allclose(batched[0, :7], alone[0], atol=1e-4)
+
+
+def test_table_3_g_and_h_put_bi_blosa_in_every_block_and_train():
+    """(g) Bi-BloSA in place of every DynSA block, (h) with the local convolutions before it: the network builds,
+    runs forward and backward with a gradient for every parameter, and adds no gate L1; the DynSA block's own
+    switches do not combine with it."""
+    config = DynSANConfig.tiny()
+    for convolutions in (False, True):
+        torch.manual_seed(0)
+        model = DynSAN(DynSANConfig(**{**config.__dict__, "block": "biblosa", "convolutions": convolutions}))
+        blocks = [model.encode_block, model.model_block, *model.cross]
+        assert all(isinstance(b, BiBloSABlock) and len(b.local) == (2 if convolutions else 0) for b in blocks)
+        output = model(*_passage_batch())
+        assert torch.all(output["gate_l1"] == 0)
+        targets = {"starts": torch.tensor([[2, -1], [1, -1]]), "ends": torch.tensor([[3, -1], [2, -1]])}
+        model.loss(output, targets).backward()
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    for options in ({"selection": "random"}, {"gate": False}, {"self_attention": False}):
+        with pytest.raises(ValueError, match="biblosa"):
+            DynSAN(DynSANConfig(**{**config.__dict__, "block": "biblosa", **options}))
+    with pytest.raises(ValueError, match="block"):
+        DynSAN(DynSANConfig(**{**config.__dict__, "block": "blosa"}))
