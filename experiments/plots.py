@@ -3,7 +3,7 @@ efficiency curves of bench/encoders.py."""
 
 from __future__ import annotations
 
-from experiments.figures import row_figures
+from experiments.figures import row_figures, row_profile
 from experiments.ledger import Ledger
 from experiments.plan import Row
 from experiments.rows import ABLATION_F1
@@ -46,24 +46,34 @@ def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
     plt.close(fig)
 
 
+def ablation_changes(rows: list[Row], ledger: Ledger) -> list[tuple[str, float, float]]:
+    """(label, our F1 change from the full DynSAN, the paper's) of each ablation whose shown runs are of the
+    profile the full model shows: a change within one profile (a row with only the hour's runs, beside a full
+    model shown at the full profile's budget, would be set against another budget)."""
+    chosen = [r for r in rows if r.section == "squad"]
+    full = next((r for r in chosen if r.id == "squad/dynsan"), None)
+    base = row_figures(full, ledger).get("f1") if full else None
+    if full is None or not base:
+        return []
+    shown = row_profile(full, ledger)
+    paper = (full.claim_paper or full.paper)["f1"]  # Table 3's full model (SearchQA), not Table 4's SQuAD figure
+    changes = []
+    for r in chosen[1:]:
+        f1 = row_figures(r, ledger).get("f1")
+        if f1 and row_profile(r, ledger) == shown:
+            changes.append((r.label, f1[0] - base[0], r.paper["f1"] - paper))
+    return changes
+
+
 def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    chosen = [r for r in rows if r.section == "squad"]
-    full = next((r for r in chosen if r.id == "squad/dynsan"), None)
-    base = row_figures(full, ledger).get("f1") if full else None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ours, theirs, labels = [], [], []
-    for r in chosen[1:]:
-        f1 = row_figures(r, ledger).get("f1")
-        if not f1 or not base or full is None:
-            continue
-        labels.append(r.label)
-        ours.append(f1[0] - base[0])
-        theirs.append(r.paper["f1"] - full.paper["f1"])
+    changes = ablation_changes(rows, ledger)
+    labels, ours, theirs = [c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes]
     y = range(len(labels))
     ax.barh(
         [i + 0.2 for i in y],

@@ -526,8 +526,14 @@ def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[
     ]
     for r in squad:
         f = row_figures(r, ledger)
-        ours_delta = f"{f['f1'][0] - base[0]:+.1f}" if base and f.get("f1") and r is not squad[0] else "-"
-        if ours_delta != "-" and inputs_differ(row_records(squad[0], ledger) + row_records(r, ledger), ledger):
+        # from the full model's figures in the profile the row shows: a row with only the hour's runs (a new
+        # ablation, say) is set against the full model's hour runs, and says so
+        profile = row_profile(r, ledger)
+        same = row_figures(squad[0], ledger, profile).get("f1") if profile else None
+        ours_delta = f"{f['f1'][0] - same[0]:+.1f}" if same and f.get("f1") and r is not squad[0] else "-"
+        if ours_delta != "-" and profile != row_profile(squad[0], ledger):
+            ours_delta += f" (the {profile} profile's)"
+        if ours_delta != "-" and inputs_differ(row_records(squad[0], ledger, profile) + row_records(r, ledger), ledger):
             ours_delta += " (other data than the full model's)"
         # the ablations' figures are SearchQA's: their change is from the full model's there, not from Table 4's
         full_paper = squad[0].claim_paper or squad[0].paper

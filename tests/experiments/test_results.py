@@ -218,6 +218,38 @@ def test_the_report_shows_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     assert (report.parent / "results" / "dynsan_ablations.png").stat().st_size > 1000
 
 
+def test_an_ablation_with_only_the_hours_runs_is_set_against_the_full_models_hour_runs(tmp_path):
+    """The full model shows its full-profile runs; an ablation that has only the hour's (a new one, say) is set
+    against the full model's hour runs, not the full profile's, says so, and stays out of the ablation plot."""
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    out.mkdir()
+    ledger = Ledger(str(out / "runs.json"))
+    ledger.add("full-squad-dynsan-seed0", dict(_record("squad/dynsan", 0, {"em": 0.1, "f1": 0.2}, "full"), split="dev"))
+    ledger.add(
+        "full-squad-dynsan-beta0-seed0",
+        dict(_record("squad/dynsan-beta0", 0, {"em": 0.1, "f1": 0.18}, "full"), split="dev"),
+    )
+    for seed in range(3):
+        ledger.add(
+            f"squad-dynsan-seed{seed}", dict(_record("squad/dynsan", seed, {"em": 0.02, "f1": 0.06}), split="dev")
+        )
+        ledger.add(
+            f"squad-dynsan-biblosa-seed{seed}",
+            dict(_record("squad/dynsan-biblosa", seed, {"em": 0.01, "f1": 0.03}), split="dev"),
+        )
+    rows = [r for r in table.ROWS if r.id in ("squad/dynsan", "squad/dynsan-beta0", "squad/dynsan-biblosa")]
+    writer.write_report(rows, ledger, str(out), str(report))
+    lines = report.read_text().splitlines()
+    g = next(line for line in lines if line.startswith("| (g) Bi-BloSA"))
+    assert "| -3.0 (the hour profile's) | -3.2 |" in g  # 3.0 - 6.0 in the hour, not 3.0 - 20.0; the paper 67.1 - 70.3
+    f = next(line for line in lines if line.startswith("| (f) - regularisation"))
+    assert "| -2.0 | -0.5 |" in f
+    # drawn: (f) alone, its change and the paper's from Table 3's full model (70.3, not Table 4's 79.5)
+    ((label, ours, theirs),) = plots.ablation_changes(rows, ledger)
+    assert label == "(f) - regularisation (beta = 0)"
+    assert ours == pytest.approx(-2.0) and theirs == pytest.approx(-0.5)
+
+
 def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
     out, report = tmp_path / "out", tmp_path / "results.md"
     out.mkdir()
