@@ -736,7 +736,7 @@ def missing_section(rows: list[Row], ledger: Ledger) -> list[str]:
     lines += [
         f"| {r.label} ({r.source or 'the pretraining it fine-tunes from'}) | {r.full_extra} |"
         for r in ROWS
-        if r.full_extra and not row_figures(r, ledger)
+        if r.full_extra and not row_figures(r, ledger, "full")  # with the hour's runs shown, say why no more
     ]
     return lines + [""]
 

