@@ -283,16 +283,17 @@ def claim_cells(
     that follows from them (experiments.significance.verdict: "reversed" only where the interval excludes zero on
     the other side of the paper's). Runs recorded before per-question figures give the difference of the rows'
     means with their spread, untested; rows whose runs read other data (`inputs_differ`) or trained in another
-    precision or on another kind of device (`computes_differ`) are not compared."""
+    precision or on another kind of device (`computes_differ`) are not compared; rows shown at other budgets
+    (`same_budget` false) give no difference at all."""
     reading = with_row.section.startswith("squad")
     digits = 1 if reading else 3
     a, b = row_figures(with_row, ledger).get(metric), row_figures(without_row, ledger).get(metric)
     if not a or not b:
         return "-", "not run"
+    if not same_budget:  # a difference across budgets is mostly the budget's: none is printed
+        return "-", "budgets differ: not compared"
     spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
     means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
-    if not same_budget:
-        return means, "budgets differ: not compared"
     with_records, without_records = row_records(with_row, ledger), row_records(without_row, ledger)
     other_data = inputs_differ(with_records + without_records, ledger)
     other_devices = computes_differ(with_records, without_records)

@@ -724,7 +724,7 @@ def claims_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[s
         ours, judged = claim_cells(
             by_id[with_it], by_id[without], ledger, metric, paper_diff, profiles[0] == profiles[1] and same_plan
         )
-        shown_profiles = " / ".join(sorted({p or "-" for p in profiles})) if ours != "-" else "-"
+        shown_profiles = " / ".join(sorted({p or "-" for p in profiles})) if judged != "not run" else "-"
         lines.append(f"| {what} | {metric} | {shown_profiles} | {ours} | {paper} | {judged} |")
     return lines + [""]
 
