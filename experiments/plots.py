@@ -87,7 +87,7 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel("F1 points")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)  # below: clear of the bars
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.3, -0.15))  # below: clear of the bars
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
