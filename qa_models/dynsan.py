@@ -39,9 +39,11 @@ positions before it; backward: after), over the sequence cut into blocks of r = 
     G, N = W^c [H_i; S_i; E_b(i)] + b^c;  out_i = sigmoid(G) * ELU(N) + (1 - sigmoid(G)) * H_i
 
 and the block is Y = F^Y([out^fw; out^bw]) + U, as the DynSA block's eq. 5, with U the input, (h) after the local
-encoder's two convolutions, (g) without them. Here a block of padding only is left out of the attention between
-blocks (the authors' code lets every block be read, so a row's output would depend on its batch's padding), and r
-follows the batch's longest row, as the authors' padded length does.
+encoder's two convolutions, (g) without them. Each direction works in D/2 features (the authors' `hn`), so that
+[out^fw; out^bw] is D wide and the block holds about the DynSA block's parameters (149k, 184k with the convolutions
+of (h), against 135k at D = 128), as Table 4's sizes imply (DynSAN and Bi-BloSAN 1.9M each). Here a block of padding
+only is left out of the attention between blocks (the authors' code lets every block be read, so a row's output
+would depend on its batch's padding), and r follows the batch's longest row, as the authors' padded length does.
 """
 
 from __future__ import annotations
@@ -280,36 +282,36 @@ class MaskedBlockSelfAttention(nn.Module):
     """One direction of Bi-BloSA (module docstring): attention within blocks, between their summaries (DiSA), and
     the gated fusion of a token's mapping, its block's reading and the blocks' context."""
 
-    def __init__(self, dim: int, direction: str, dropout: float = 0.0):
+    def __init__(self, dim: int, hidden: int, direction: str, dropout: float = 0.0):
         super().__init__()
         self.direction = direction
-        self.map = nn.Linear(dim, dim)
-        self.dependent_head = nn.Linear(dim, 2 * dim, bias=False)  # W^1 and W^2
-        self.bias = nn.Parameter(torch.zeros(dim))
-        self.summary = nn.Linear(dim, dim)  # W^s: a block's source-to-token attention, feature by feature
-        self.between = DirectionalAttention(dim, direction, dropout)
-        self.combine = nn.Linear(3 * dim, 2 * dim)  # W^c: the new context and its gate
+        self.map = nn.Linear(dim, hidden)  # to the direction's n features
+        self.dependent_head = nn.Linear(hidden, 2 * hidden, bias=False)  # W^1 and W^2
+        self.bias = nn.Parameter(torch.zeros(hidden))
+        self.summary = nn.Linear(hidden, hidden)  # W^s: a block's source-to-token attention, feature by feature
+        self.between = DirectionalAttention(hidden, direction, dropout)
+        self.combine = nn.Linear(3 * hidden, 2 * hidden)  # W^c: the new context and its gate
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, block: int) -> torch.Tensor:
-        # x: (B, L, D), mask (B, L); the sequence in M blocks of `block` (r) tokens, the last padded
+        # x: (B, L, D), mask (B, L); the sequence in M blocks of `block` (r) tokens, the last padded -> (B, L, n)
         batch, length, dim = x.shape
         blocks = -(-length // block)
         x = F.pad(x, (0, 0, 0, blocks * block - length)).view(batch, blocks, block, dim)  # (B, M, r, D)
         m = F.pad(mask, (0, blocks * block - length)).view(batch, blocks, block)  # (B, M, r)
-        h = F.elu(self.map(self.dropout(x)))  # H: (B, M, r, D)
-        dependent, head = self.dependent_head(self.dropout(h)).chunk(2, -1)  # each (B, M, r, D)
-        pairs = dependent[:, :, None] + head[:, :, :, None] + self.bias  # (B, M, r, r, D)
+        h = F.elu(self.map(self.dropout(x)))  # H: (B, M, r, n)
+        dependent, head = self.dependent_head(self.dropout(h)).chunk(2, -1)  # each (B, M, r, n)
+        pairs = dependent[:, :, None] + head[:, :, :, None] + self.bias  # (B, M, r, r, n)
         allowed = _directional(block, self.direction, x.device) & m[:, :, None, :] & m[:, :, :, None]  # (B, M, r, r)
-        within = _feature_attention(5 * torch.tanh(pairs / 5), allowed, h)  # S: (B, M, r, D)
-        scores = self.summary(within).masked_fill(~m[..., None], torch.finfo(x.dtype).min)  # (B, M, r, D)
-        summary = (torch.softmax(scores, 2) * m[..., None].to(x.dtype) * within).sum(2)  # v: (B, M, D)
-        context = self.between(summary, m.any(-1))  # E: (B, M, D), blocks of padding only left out
-        fused = torch.cat([h, within, context[:, :, None].expand(-1, -1, block, -1)], -1)  # (B, M, r, 3D)
-        new, gate = self.combine(self.dropout(fused)).chunk(2, -1)  # each (B, M, r, D)
+        within = _feature_attention(5 * torch.tanh(pairs / 5), allowed, h)  # S: (B, M, r, n)
+        scores = self.summary(within).masked_fill(~m[..., None], torch.finfo(x.dtype).min)  # (B, M, r, n)
+        summary = (torch.softmax(scores, 2) * m[..., None].to(x.dtype) * within).sum(2)  # v: (B, M, n)
+        context = self.between(summary, m.any(-1))  # E: (B, M, n), blocks of padding only left out
+        fused = torch.cat([h, within, context[:, :, None].expand(-1, -1, block, -1)], -1)  # (B, M, r, 3n)
+        new, gate = self.combine(self.dropout(fused)).chunk(2, -1)  # each (B, M, r, n)
         gate = torch.sigmoid(gate)
-        out = gate * F.elu(new) + (1 - gate) * h  # (B, M, r, D)
-        return out.reshape(batch, blocks * block, dim)[:, :length]
+        out = gate * F.elu(new) + (1 - gate) * h  # (B, M, r, n)
+        return out.reshape(batch, blocks * block, -1)[:, :length]
 
 
 class BiBloSABlock(nn.Module):
@@ -320,9 +322,10 @@ class BiBloSABlock(nn.Module):
     def __init__(self, dim: int, kernel: int, dropout: float = 0.0, convolutions: bool = False):
         super().__init__()
         self.local = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(2 if convolutions else 0))
-        self.forward_attention = MaskedBlockSelfAttention(dim, "forward", dropout)
-        self.backward_attention = MaskedBlockSelfAttention(dim, "backward", dropout)
-        self.out = nn.Linear(2 * dim, dim)  # F^Y
+        hidden = max(1, dim // 2)  # each direction's features: [fw; bw] is D wide
+        self.forward_attention = MaskedBlockSelfAttention(dim, hidden, "forward", dropout)
+        self.backward_attention = MaskedBlockSelfAttention(dim, hidden, "backward", dropout)
+        self.out = nn.Linear(2 * hidden, dim)  # F^Y
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -330,7 +330,7 @@ def test_masked_block_attention_reads_only_its_side(direction):
     summaries) and never with those of the blocks on the other side. Within its own block it may: the block's
     context E_b fuses the block's own summary, as DiSA's output keeps each position's own mapping."""
     torch.manual_seed(0)
-    attention = MaskedBlockSelfAttention(6, direction).eval()
+    attention = MaskedBlockSelfAttention(6, 4, direction).eval()
     x, mask = torch.randn(1, 11, 6), torch.ones(1, 11, dtype=torch.bool)
     with torch.no_grad():
         base = attention(x, mask, 3)
@@ -366,6 +366,20 @@ def test_bi_blosa_leaves_padding_and_blocks_of_padding_out():
     with torch.no_grad():
         batched = block(longer, longer_mask)[0]
     assert block_length(16) == 4 and not torch.allclose(batched[0, :7], alone[0], atol=1e-4)
+
+
+def test_bi_blosa_holds_about_the_dynsa_blocks_parameters():
+    # Table 4 sizes DynSAN and Bi-BloSAN alike (1.9M each): each direction in D/2 features, at the paper's width
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    dynsa = count(DynSABlock(128, 8, 32, 7))  # its two convolutions included
+    assert (dynsa, count(BiBloSABlock(128, 7)), count(BiBloSABlock(128, 7, convolutions=True))) == (
+        135_432,
+        148_608,  # (g)
+        183_936,  # (h): the same two convolutions, 35,328
+    )
+    assert BiBloSABlock(128, 7).forward_attention.map.out_features == 64
 
 
 def test_table_3_g_and_h_put_bi_blosa_in_every_block_and_train():
