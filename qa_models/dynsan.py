@@ -304,8 +304,10 @@ class MaskedBlockSelfAttention(nn.Module):
         pairs = dependent[:, :, None] + head[:, :, :, None] + self.bias  # (B, M, r, r, n)
         allowed = _directional(block, self.direction, x.device) & m[:, :, None, :] & m[:, :, :, None]  # (B, M, r, r)
         within = _feature_attention(5 * torch.tanh(pairs / 5), allowed, h)  # S: (B, M, r, n)
-        scores = self.summary(within).masked_fill(~m[..., None], torch.finfo(x.dtype).min)  # (B, M, r, n)
-        summary = (torch.softmax(scores, 2) * m[..., None].to(x.dtype) * within).sum(2)  # v: (B, M, n)
+        # each block's source-to-token summary: the same masked feature-wise attention, read by one position
+        summary = _feature_attention(self.summary(within)[:, :, None], m[:, :, None, :], within)[
+            :, :, 0
+        ]  # v: (B, M, n)
         context = self.between(summary, m.any(-1))  # E: (B, M, n), blocks of padding only left out
         fused = torch.cat([h, within, context[:, :, None].expand(-1, -1, block, -1)], -1)  # (B, M, r, 3n)
         new, gate = self.combine(self.dropout(fused)).chunk(2, -1)  # each (B, M, r, n)
