@@ -53,6 +53,8 @@ import argparse
 import multiprocessing
 import platform
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench.report import check_result_file, write_result
 
@@ -72,6 +74,7 @@ def _ggsa_case(variant: str, length: int):
     from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention
 
     batch = max(1, 8000 // length)  # the same number of tokens at every length
+    layer: torch.nn.Module
     if variant == "group":
         layer = GroupMultiHeadAttention(300, 6, 10, [0, 0, 0, 5, 5, 5])
     else:
@@ -120,6 +123,7 @@ def _ctrn_case(variant: str, length: int, device: str = "cpu"):
     config = CTRNConfig(
         vocab_size=30_000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
     )
+    model: CTRN | _RecurrentPairModel
     if variant in ("ctrn", "qrnn", "ctrn-torch-loop", "ctrn-unfused"):
         model = CTRN(config).to(device)
     else:
@@ -176,7 +180,13 @@ def _dynsan_case(variant: str, length: int):
 
 
 GPU_FAMILIES = ("ctrn", "forget-mult")
-BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
+# each (variant, length[, device]) -> (one training step's loss, the case's fixed figures)
+BUILDERS: dict[str, Callable[..., tuple[Callable[[], Any], dict]]] = {
+    "ggsa": _ggsa_case,
+    "ctrn": _ctrn_case,
+    "forget-mult": _forget_mult_case,
+    "dynsan": _dynsan_case,
+}
 VARIANTS = {
     "ggsa": ("group", "global-sdpa", "global-textbook"),
     "ctrn": ("ctrn", "ctrn-unfused", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
