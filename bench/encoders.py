@@ -18,8 +18,10 @@ layers they replace, in one run on this machine.
   The word ids follow Zipf's law over a 30k vocabulary, as text does (a fifth of the positions hold a distinct
   word: `distinct_word_share`), and every network's word vectors are fixed, as in the paper.
 - DynSAN: the DynSA block (D = 128, 8 heads, K = 256, as in the paper) against the same block attending over
-  every token, textbook and SDPA, and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's Table 4:
-  memory like a BiLSTM's, half that of full attention).
+  every token, textbook and SDPA, Bi-BloSA in its place (as Table 3 (g) and Table 4's Bi-BloSAN put it: no
+  convolutions, D / 2 features a direction) and a BiLSTM of the same width, at L = 1k, 2k, 4k, 8k (the paper's
+  Table 4, on a GPU: memory like a BiLSTM's, half that of full attention, two thirds of Bi-BloSAN's; 1.26 times
+  Bi-BloSAN's training speed).
 
 Every case runs in a fresh process (so peak memory is its own): warm-up passes (three on CPU, one on a GPU),
 then --repeats timed passes of forward + backward (the best is kept; default 3); memory is the peak resident set
@@ -33,8 +35,9 @@ forget-mult CTRN's Triton kernel, `qa_models/forget_mult_triton.py`), timed betw
 best of --repeats (default 20) passes; memory is the peak the CUDA allocator held above what it held before.
 The last line is one JSON object (also written to --json) with `ggsa_vs_global_speedup_L1000` and
 `dynsan_vs_full_speedup_L4096` (against SDPA), `ctrn_vs_lstm_speedup` (L = 400), `forget_mult_share_of_ctrn_step`,
-`dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured) and
-`dynsan_vs_full_sdpa_memory_ratio_L4096`, with every case's figures under `cases`.
+`dynsan_vs_full_memory_ratio_L4096` (against the textbook form, as the paper measured),
+`dynsan_vs_full_sdpa_memory_ratio_L4096`, `dynsan_vs_biblosa_speedup_L4096` and
+`dynsan_vs_biblosa_memory_ratio_L4096`, with every case's figures under `cases`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ import argparse
 import multiprocessing
 import platform
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench.report import check_result_file, write_result
 
@@ -69,6 +74,7 @@ def _ggsa_case(variant: str, length: int):
     from qa_models.attention import GroupMultiHeadAttention, MultiHeadAttention
 
     batch = max(1, 8000 // length)  # the same number of tokens at every length
+    layer: torch.nn.Module
     if variant == "group":
         layer = GroupMultiHeadAttention(300, 6, 10, [0, 0, 0, 5, 5, 5])
     else:
@@ -117,6 +123,7 @@ def _ctrn_case(variant: str, length: int, device: str = "cpu"):
     config = CTRNConfig(
         vocab_size=30_000, embed_dim=300, dim=256, filters=256, hidden=256, dropout=0.0, cross=variant != "qrnn"
     )
+    model: CTRN | _RecurrentPairModel
     if variant in ("ctrn", "qrnn", "ctrn-torch-loop", "ctrn-unfused"):
         model = CTRN(config).to(device)
     else:
@@ -158,24 +165,33 @@ def _dynsan_case(variant: str, length: int):
     import torch
     from torch import nn
 
-    from qa_models.dynsan import DynSABlock
+    from qa_models.dynsan import BiBloSABlock, DynSABlock
 
     x = torch.randn(1, length, 128, requires_grad=True)
     mask = torch.ones(1, length, dtype=torch.bool)
     if variant == "bilstm":
         lstm = nn.LSTM(128, 64, batch_first=True, bidirectional=True)
         return lambda: lstm(x)[0].sum(), {"batch": 1}
+    if variant == "biblosa":
+        biblosa = BiBloSABlock(128, 7, convolutions=False)
+        return lambda: biblosa(x, mask)[0].sum(), {"batch": 1}
     block = DynSABlock(128, 8, 256, 7, select=variant == "dynsa", sdpa=variant in ("dynsa", "full-sdpa"))
     return lambda: block(x, mask)[0].sum(), {"batch": 1}
 
 
 GPU_FAMILIES = ("ctrn", "forget-mult")
-BUILDERS = {"ggsa": _ggsa_case, "ctrn": _ctrn_case, "forget-mult": _forget_mult_case, "dynsan": _dynsan_case}
+# each (variant, length[, device]) -> (one training step's loss, the case's fixed figures)
+BUILDERS: dict[str, Callable[..., tuple[Callable[[], Any], dict]]] = {
+    "ggsa": _ggsa_case,
+    "ctrn": _ctrn_case,
+    "forget-mult": _forget_mult_case,
+    "dynsan": _dynsan_case,
+}
 VARIANTS = {
     "ggsa": ("group", "global-sdpa", "global-textbook"),
     "ctrn": ("ctrn", "ctrn-unfused", "ctrn-torch-loop", "qrnn", "lstm", "gru"),
     "forget-mult": ("kernel", "torch-loop", "autograd-loop"),
-    "dynsan": ("dynsa", "full-sdpa", "full-textbook", "bilstm"),
+    "dynsan": ("dynsa", "full-sdpa", "full-textbook", "biblosa", "bilstm"),
 }
 
 
@@ -305,7 +321,10 @@ BOUNDS = {
     "two, nine passes over memory with two multiply-adds per element (see "
     "forget_mult_kernel_traffic_gb_per_s)",
     "dynsan": "DynSA attends over K = 256 chosen tokens per head, so its attention is constant in L and the rest "
-    "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k",
+    "(convolutions, projections) linear; full attention's L x L scores dominate from about L = 2k; Bi-BloSA's "
+    "multi-dimensional attention scores every feature of every pair it reads, within blocks of r = (2L)^(1/3) tokens "
+    "(L r n) and between the L / r blocks ((L / r)^2 n): order L^(4/3), element by element (tanh, softmax, weighting "
+    "at n = 64 a score), which a CPU pays for in memory passes, where DynSA's and SDPA's scores are matrix products",
 }
 
 
@@ -384,6 +403,8 @@ def main(argv=None) -> int:
         "dynsan_vs_full_saved_ratio_L4096": _ratio(
             cases, "dynsan", 4096, "dynsa", "full-textbook", "saved_for_backward_mb"
         ),
+        "dynsan_vs_biblosa_speedup_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "biblosa"),
+        "dynsan_vs_biblosa_memory_ratio_L4096": _ratio(cases, "dynsan", 4096, "dynsa", "biblosa", "peak_mb"),
         "bounds": BOUNDS,
         "machine": {
             "cpus": os.cpu_count(),

@@ -174,6 +174,7 @@ EFFICIENCY_PLOTS = {
         "CTRN and QRNN against recurrent networks (d = 256, batch 64)",
         {
             "ctrn": "CTRN (gates per distinct word, cells in C)",
+            "ctrn-unfused": "CTRN as a GPU runs it (gates over projected vectors)",
             "ctrn-torch-loop": "CTRN (no C library: torch loop)",
             "qrnn": "QRNN",
             "lstm": "same network, nn.LSTM",
@@ -181,11 +182,12 @@ EFFICIENCY_PLOTS = {
         },
     ),
     "dynsan": (
-        "DynSAN: the DynSA block against full attention (D = 128, K = 256, batch 1)",
+        "DynSAN: the DynSA block against full attention and Bi-BloSA (D = 128, K = 256, batch 1)",
         {
             "dynsa": "DynSA (K = 256)",
             "full-sdpa": "full attention, fused SDPA",
             "full-textbook": "full attention, textbook",
+            "biblosa": "Bi-BloSA (Table 3 (g), 64 per direction)",
             "bilstm": "BiLSTM (64 per direction)",
         },
     ),

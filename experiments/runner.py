@@ -876,23 +876,31 @@ def schedule(todo: list[Run], lanes: int, run, ledger: Ledger, cpus=lambda run: 
     return failed
 
 
+EFFICIENCY_LENGTHS = {"ggsa": (250, 1000, 4000), "ctrn": (50, 200, 400), "dynsan": (1024, 2048, 4096)}
 EFFICIENCY = [
     "bench/encoders.py",
     "--families",
-    "ggsa,ctrn,dynsan",
+    ",".join(EFFICIENCY_LENGTHS),
     "--repeats",
     "2",
-    "--lengths",
-    "ggsa=250,1000,4000",
-    "--lengths",
-    "ctrn=50,200,400",
-    "--lengths",
-    "dynsan=1024,2048,4096",
+    *(a for f, lengths in EFFICIENCY_LENGTHS.items() for a in ("--lengths", f"{f}={','.join(map(str, lengths))}")),
 ]
 
 
+def efficiency_cases_due() -> set[tuple[str, str, int]]:
+    """(family, variant, L) of every case the EFFICIENCY command measures (on CPU every variant is run)."""
+    from bench.encoders import VARIANTS
+
+    return {(f, v, n) for f, lengths in EFFICIENCY_LENGTHS.items() for v in VARIANTS[f] for n in lengths}
+
+
 def efficiency_recorded(ledger: Ledger) -> bool:
-    return "cases" in ledger.records.get("efficiency", {})  # the ledger keeps the figures, on any machine
+    """Whether the ledger holds the figures of every case the benchmark measures now, on any machine: a record
+    without a case added to bench/encoders.py since (Bi-BloSA's), or of another command, is due again."""
+    record = ledger.records.get("efficiency", {})
+    if "cases" not in record or record.get("command") != shown(EFFICIENCY + ["--json", "OUT/encoders.json"]):
+        return False
+    return efficiency_cases_due() <= {(c["family"], c["variant"], c["length"]) for c in record["cases"]}
 
 
 def run_efficiency(out: str, ledger: Ledger) -> float:

@@ -1551,8 +1551,25 @@ def test_the_dry_run_lists_only_the_data_its_rows_read_and_marks_what_is_done(tm
     assert [line.split("python ")[0] for line in data] == ["# prepared: ", ""]
     assert listed(job="bench/encoders.py")[0].startswith("python ")
     assert listed("--skip-efficiency", job="bench/encoders.py") == []
-    ledger.add("efficiency", {"command": "python bench/encoders.py", "cases": []})
+    command = plan.shown(runner.EFFICIENCY + ["--json", "OUT/encoders.json"])
+    cases = [{"family": f, "variant": v, "length": n} for f, v, n in runner.efficiency_cases_due()]
+    ledger.add("efficiency", {"command": command, "cases": cases})
     assert listed(job="bench/encoders.py")[0].startswith("# recorded: python ")
+
+
+def test_the_efficiency_record_is_due_again_for_a_case_the_benchmark_added_or_another_command(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    command = plan.shown(runner.EFFICIENCY + ["--json", "OUT/encoders.json"])
+    due = runner.efficiency_cases_due()
+    assert ("dynsan", "biblosa", 4096) in due and ("ctrn", "ctrn-unfused", 400) in due and len(due) == 42
+    cases = [{"family": f, "variant": v, "length": n, "seconds": 0.1} for f, v, n in sorted(due)]
+    assert not runner.efficiency_recorded(ledger)
+    ledger.add("efficiency", {"command": command, "cases": [c for c in cases if c["variant"] != "biblosa"]})
+    assert not runner.efficiency_recorded(ledger)  # recorded before Bi-BloSA was among its cases
+    ledger.add("efficiency", {"command": command, "cases": cases})
+    assert runner.efficiency_recorded(ledger)
+    ledger.add("efficiency", {"command": command.replace("--repeats 2", "--repeats 3"), "cases": cases})
+    assert not runner.efficiency_recorded(ledger)
 
 
 def test_a_record_names_the_software_it_ran_with():

@@ -1,0 +1,35 @@
+"""bench/encoders.py's cases: each builds the layer it names and takes a training step, and every case of a
+plotted family has its line on the results page's efficiency plot (a case left unnamed there is dropped silently)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.encoders import BUILDERS, VARIANTS, _ratio
+from experiments.plots import EFFICIENCY_PLOTS
+
+
+@pytest.mark.parametrize("variant", VARIANTS["dynsan"])
+def test_every_dynsan_case_takes_a_step_with_a_gradient_for_its_input(variant):
+    torch.manual_seed(0)
+    step, extra = BUILDERS["dynsan"](variant, 48)
+    loss = step()
+    loss.backward()
+    assert extra == {"batch": 1} and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("family", sorted(EFFICIENCY_PLOTS))
+def test_every_benchmarked_case_of_a_plotted_family_has_a_line(family):
+    assert set(VARIANTS[family]) <= set(EFFICIENCY_PLOTS[family][1])
+
+
+def test_a_ratio_is_theirs_over_ours_at_one_length():
+    cases = [
+        {"family": "dynsan", "variant": "dynsa", "length": 4096, "seconds": 0.05, "peak_mb": 100.0},
+        {"family": "dynsan", "variant": "biblosa", "length": 4096, "seconds": 0.6, "peak_mb": 450.0},
+        {"family": "dynsan", "variant": "biblosa", "length": 1024, "seconds": 0.1, "peak_mb": 90.0},
+    ]
+    assert _ratio(cases, "dynsan", 4096, "dynsa", "biblosa") == 12.0
+    assert _ratio(cases, "dynsan", 4096, "dynsa", "biblosa", "peak_mb") == 4.5
+    assert _ratio(cases, "dynsan", 2048, "dynsa", "biblosa") is None
