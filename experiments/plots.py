@@ -3,7 +3,8 @@ efficiency curves of bench/encoders.py."""
 
 from __future__ import annotations
 
-from experiments.figures import row_figures, row_profile
+from experiments.cells import inputs_differ
+from experiments.figures import row_figures, row_profile, row_records
 from experiments.ledger import Ledger
 from experiments.plan import Row
 from experiments.rows import ABLATION_F1
@@ -46,10 +47,12 @@ def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
     plt.close(fig)
 
 
-def ablation_changes(rows: list[Row], ledger: Ledger) -> list[tuple[str, float, float]]:
-    """(label, our F1 change from the full DynSAN, the paper's) of each ablation whose shown runs are of the
-    profile the full model shows: a change within one profile (a row with only the hour's runs, beside a full
-    model shown at the full profile's budget, would be set against another budget)."""
+def ablation_changes(rows: list[Row], ledger: Ledger) -> list[tuple[str, float, float, bool]]:
+    """(label, our F1 change from the full DynSAN, the paper's, whether both read the same data) of each ablation
+    whose shown runs are of the profile the full model shows: a change within one profile (a row with only the
+    hour's runs, beside a full model shown at the full profile's budget, would be set against another budget). A
+    change between runs that read other data or word vectors (`cells.inputs_differ`: vectors trained on another
+    kind of CPU, say) is drawn, but marked: it is not the ablation's alone."""
     chosen = [r for r in rows if r.section == "squad"]
     full = next((r for r in chosen if r.id == "squad/dynsan"), None)
     base = row_figures(full, ledger).get("f1") if full else None
@@ -61,7 +64,8 @@ def ablation_changes(rows: list[Row], ledger: Ledger) -> list[tuple[str, float, 
     for r in chosen[1:]:
         f1 = row_figures(r, ledger).get("f1")
         if f1 and row_profile(r, ledger) == shown:
-            changes.append((r.label, f1[0] - base[0], r.paper["f1"] - paper))
+            same = not inputs_differ(row_records(full, ledger, shown) + row_records(r, ledger), ledger)
+            changes.append((r.label, f1[0] - base[0], r.paper["f1"] - paper, same))
     return changes
 
 
@@ -75,13 +79,18 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     changes = ablation_changes(rows, ledger)
     labels, ours, theirs = [c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes]
     y = range(len(labels))
-    ax.barh(
+    bars = ax.barh(
         [i + 0.2 for i in y],
         ours,
         0.4,
         label="ours: F1 change from full DynSAN (SQuAD-style, mean of seeds)",
         color="tab:blue",
     )
+    for bar, (*_, same) in zip(bars, changes):
+        if not same:
+            bar.set(hatch="//", facecolor="white", edgecolor="tab:blue")
+    if not all(c[3] for c in changes):
+        ax.barh([], [], hatch="//", facecolor="white", edgecolor="tab:blue", label="ours, from other word vectors")
     ax.barh([i - 0.2 for i in y], theirs, 0.4, label="paper: F1 change (Table 3, SearchQA)", color="tab:gray")
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()

@@ -247,9 +247,27 @@ def test_an_ablation_with_only_the_hours_runs_is_set_against_the_full_models_hou
     # its full runs are left out of the plan, and the missing rows say why
     assert any(line.startswith("| (g) Bi-BloSA") and table.BIBLOSA_EXTRA in line for line in lines)
     # drawn: (f) alone, its change and the paper's from Table 3's full model (70.3, not Table 4's 79.5)
-    ((label, ours, theirs),) = plots.ablation_changes(rows, ledger)
+    ((label, ours, theirs, same_data),) = plots.ablation_changes(rows, ledger)
     assert label == "(f) - regularisation (beta = 0)"
-    assert ours == pytest.approx(-2.0) and theirs == pytest.approx(-0.5)
+    assert ours == pytest.approx(-2.0) and theirs == pytest.approx(-0.5) and same_data
+    # (g) at the full budget, from word vectors trained on another kind of CPU: drawn, marked, and not compared
+    vectors = "out/results/data/squad/embeddings.npy"
+    for key, sha in (("full-squad-dynsan-seed0", "20" * 32), ("full-squad-dynsan-beta0-seed0", "20" * 32)):
+        ledger.add(key, dict(ledger.records[key], inputs_sha256={vectors: sha}))
+    ledger.add(
+        "full-squad-dynsan-biblosa-seed0",
+        dict(
+            _record("squad/dynsan-biblosa", 0, {"em": 0.1, "f1": 0.17}, "full"),
+            split="dev",
+            inputs_sha256={vectors: "8b" * 32},
+        ),
+    )
+    f_change, g_change = plots.ablation_changes(rows, ledger)
+    assert f_change[3] and not g_change[3] and g_change[1] == pytest.approx(-3.0)
+    plots.plot_reading(rows, ledger, str(tmp_path / "ablations.png"))
+    writer.write_report(rows, ledger, str(out), str(report))
+    g = next(line for line in report.read_text().splitlines() if line.startswith("| (g) Bi-BloSA"))
+    assert "| -3.0 (other data than the full model's) | -3.2 |" in g
 
 
 def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
