@@ -89,14 +89,19 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
     for bar, (*_, same) in zip(bars, changes):
         if not same:
             bar.set(hatch="//", facecolor="white", edgecolor="tab:blue")
-    if not all(c[3] for c in changes):
-        ax.barh([], [], hatch="//", facecolor="white", edgecolor="tab:blue", label="ours, from other word vectors")
     ax.barh([i - 0.2 for i in y], theirs, 0.4, label="paper: F1 change (Table 3, SearchQA)", color="tab:gray")
+    handles, _ = ax.get_legend_handles_labels()
+    if not all(c[3] for c in changes):
+        from matplotlib.patches import Patch
+
+        handles.insert(
+            1, Patch(hatch="//", facecolor="white", edgecolor="tab:blue", label="ours, from other word vectors")
+        )
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel("F1 points")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.3, -0.15))  # below: clear of the bars
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.3, -0.15))  # below: clear of the bars
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
