@@ -292,8 +292,9 @@ def claim_cells(
         return "-", "not run"
     if not same_budget:  # a difference across budgets is mostly the budget's: none is printed
         return "-", "budgets differ: not compared"
-    spread = ((a[1] or 0) ** 2 + (b[1] or 0) ** 2) ** 0.5
-    means = f"{a[0] - b[0]:+.{digits}f} ± {spread:.{digits}f}"  # the difference of the rows' means
+    means = f"{a[0] - b[0]:+.{digits}f}"  # the difference of the rows' means, with their spread where both have one
+    if a[1] is not None and b[1] is not None:  # a row of one run has no spread: not a ± 0
+        means += f" ± {(a[1] ** 2 + b[1] ** 2) ** 0.5:.{digits}f}"
     with_records, without_records = row_records(with_row, ledger), row_records(without_row, ledger)
     other_data = inputs_differ(with_records + without_records, ledger)
     other_devices = computes_differ(with_records, without_records)

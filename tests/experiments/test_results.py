@@ -266,8 +266,11 @@ def test_an_ablation_with_only_the_hours_runs_is_set_against_the_full_models_hou
     assert f_change[3] and not g_change[3] and g_change[1] == pytest.approx(-3.0)
     plots.plot_reading(rows, ledger, str(tmp_path / "ablations.png"))
     writer.write_report(rows, ledger, str(out), str(report))
-    g = next(line for line in report.read_text().splitlines() if line.startswith("| (g) Bi-BloSA"))
+    lines = report.read_text().splitlines()
+    g = next(line for line in lines if line.startswith("| (g) Bi-BloSA"))
     assert "| -3.0 (other data than the full model's) | -3.2 |" in g
+    claim = next(line for line in lines if line.startswith("| DynSAN: the DynSA block against Bi-BloSA (g)"))
+    assert "| full | +3.0 | +3.2 | inputs differ: not compared" in claim  # one run a row: no spread, not ± 0.0
 
 
 def test_dynsan_below_ten_f1_is_reported_as_no_evidence(tmp_path):
