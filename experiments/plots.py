@@ -95,7 +95,13 @@ def plot_reading(rows: list[Row], ledger: Ledger, path: str) -> None:
         from matplotlib.patches import Patch
 
         handles.insert(
-            1, Patch(hatch="//", facecolor="white", edgecolor="tab:blue", label="ours, from other word vectors")
+            1,
+            Patch(
+                hatch="//",
+                facecolor="white",
+                edgecolor="tab:blue",
+                label="ours, from runs on other data or word vectors",
+            ),
         )
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
