@@ -888,10 +888,12 @@ EFFICIENCY = [
 
 
 def efficiency_cases_due() -> set[tuple[str, str, int]]:
-    """(family, variant, L) of every case the EFFICIENCY command measures (on CPU every variant is run)."""
-    from bench.encoders import VARIANTS
+    """(family, variant, L) of every case the page's efficiency plots draw at the EFFICIENCY command's lengths: the
+    variants bench/encoders.py measures (tests/bench/test_encoders.py holds the two lists equal; bench sits above
+    this package, so its own list is not imported)."""
+    from experiments.plots import EFFICIENCY_PLOTS  # here: plots reads the runner through cells
 
-    return {(f, v, n) for f, lengths in EFFICIENCY_LENGTHS.items() for v in VARIANTS[f] for n in lengths}
+    return {(f, v, n) for f, lengths in EFFICIENCY_LENGTHS.items() for v in EFFICIENCY_PLOTS[f][1] for n in lengths}
 
 
 def efficiency_recorded(ledger: Ledger) -> bool:
