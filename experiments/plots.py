@@ -60,11 +60,12 @@ def ablation_changes(rows: list[Row], ledger: Ledger) -> list[tuple[str, float, 
         return []
     shown = row_profile(full, ledger)
     paper = (full.claim_paper or full.paper)["f1"]  # Table 3's full model (SearchQA), not Table 4's SQuAD figure
+    full_records = row_records(full, ledger, shown)
     changes = []
     for r in chosen[1:]:
         f1 = row_figures(r, ledger).get("f1")
         if f1 and row_profile(r, ledger) == shown:
-            same = not inputs_differ(row_records(full, ledger, shown) + row_records(r, ledger), ledger)
+            same = not inputs_differ(full_records + row_records(r, ledger), ledger)
             changes.append((r.label, f1[0] - base[0], r.paper["f1"] - paper, same))
     return changes
 

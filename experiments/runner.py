@@ -885,6 +885,7 @@ EFFICIENCY = [
     "2",
     *(a for f, lengths in EFFICIENCY_LENGTHS.items() for a in ("--lengths", f"{f}={','.join(map(str, lengths))}")),
 ]
+EFFICIENCY_RECORDED = shown(EFFICIENCY + ["--json", "OUT/encoders.json"])  # the command as its record names it
 
 
 def efficiency_cases_due() -> set[tuple[str, str, int]]:
@@ -900,7 +901,7 @@ def efficiency_recorded(ledger: Ledger) -> bool:
     """Whether the ledger holds the figures of every case the benchmark measures now, on any machine: a record
     without a case added to bench/encoders.py since (Bi-BloSA's), or of another command, is due again."""
     record = ledger.records.get("efficiency", {})
-    if "cases" not in record or record.get("command") != shown(EFFICIENCY + ["--json", "OUT/encoders.json"]):
+    if "cases" not in record or record.get("command") != EFFICIENCY_RECORDED:
         return False
     return efficiency_cases_due() <= {(c["family"], c["variant"], c["length"]) for c in record["cases"]}
 
@@ -920,7 +921,7 @@ def run_efficiency(out: str, ledger: Ledger) -> float:
     ledger.add(
         "efficiency",
         {
-            "command": shown(EFFICIENCY + ["--json", "OUT/encoders.json"]),
+            "command": EFFICIENCY_RECORDED,
             "seconds": round(time.time() - started, 1),
             "commit": git_commit(),
             "machine": machine_description(),
