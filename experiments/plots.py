@@ -7,7 +7,7 @@ from experiments.cells import inputs_differ
 from experiments.figures import row_figures, row_profile, row_records
 from experiments.ledger import Ledger
 from experiments.plan import Row
-from experiments.rows import ABLATION_F1
+from experiments.rows import ABLATION_F1, EFFICIENCY_PLOTS
 
 
 def plot_answer_selection(rows: list[Row], ledger: Ledger, path: str) -> None:
@@ -184,35 +184,6 @@ def plot_transfer_curve(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-EFFICIENCY_PLOTS = {
-    "ggsa": (
-        "GGSA: group attention against global self-attention (D = 300, 8,000 tokens a batch)",
-        {"group": "group attention (ours)", "global-sdpa": "global, fused SDPA", "global-textbook": "global, textbook"},
-    ),
-    "ctrn": (
-        "CTRN and QRNN against recurrent networks (d = 256, batch 64)",
-        {
-            "ctrn": "CTRN (gates per distinct word, cells in C)",
-            "ctrn-unfused": "CTRN as a GPU runs it (gates over projected vectors)",
-            "ctrn-torch-loop": "CTRN (no C library: torch loop)",
-            "qrnn": "QRNN",
-            "lstm": "same network, nn.LSTM",
-            "gru": "same network, nn.GRU",
-        },
-    ),
-    "dynsan": (
-        "DynSAN: the DynSA block against full attention and Bi-BloSA (D = 128, K = 256, batch 1)",
-        {
-            "dynsa": "DynSA (K = 256)",
-            "full-sdpa": "full attention, fused SDPA",
-            "full-textbook": "full attention, textbook",
-            "biblosa": "Bi-BloSA (Table 3 (g), 64 per direction)",
-            "bilstm": "BiLSTM (64 per direction)",
-        },
-    ),
-}
 
 
 def plot_efficiency(cases: list[dict], family: str, path: str) -> None:

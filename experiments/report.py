@@ -33,7 +33,6 @@ from experiments.ledger import Ledger
 from experiments.machine import cpu_mismatch, describe_cpu, git_commit, gpu_name, trained_on_gpu
 from experiments.plan import Row, Run, run_name, runs_of, say, shown
 from experiments.plots import (
-    EFFICIENCY_PLOTS,
     plot_answer_selection,
     plot_efficiency,
     plot_long_run,
@@ -47,6 +46,7 @@ from experiments.rows import (
     DYNSAN_BATCH,
     DYNSAN_LONG_EPOCHS,
     DYNSAN_STEPS,
+    EFFICIENCY_PLOTS,
     FULL_ENCODER_EPOCHS,
     FULL_ENCODER_PATIENCE,
     FULL_EPOCHS,

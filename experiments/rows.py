@@ -1,6 +1,6 @@
 """The rows of the report (each paper's models on each data set with their options per profile and the papers'
-figures quoted with their table), the budgets they train for, the comparisons the claims table makes, and the
-papers' rows that are missing and why."""
+figures quoted with their table), the budgets they train for, the comparisons the claims table makes, the
+efficiency benchmark's cases, and the papers' rows that are missing and why."""
 
 from __future__ import annotations
 
@@ -705,6 +705,38 @@ TRANSFER_BASELINE = "wikiqa/minilm-gsamn"
 # What the eleven-site transfer rows were set to reach (the paper: 0.857 with BERT-base and all of Stack Exchange):
 # the page says by how much a row falls short, and where the curve's fit would reach its aim.
 TRANSFER_AIMS = {"wikiqa/minilm-gsamn-transfer-11-sites": 0.81, "wikiqa/mpnet-gsamn-transfer-11-sites": 0.84}
+
+# The efficiency benchmark (bench/encoders.py) as the page runs it: the lengths of each family, and each family's
+# plot with its lines, each a variant the benchmark measures (tests/bench/test_encoders.py holds the two lists
+# equal); a record lacking one of these cases is due again (experiments.runner.efficiency_recorded).
+EFFICIENCY_LENGTHS = {"ggsa": (250, 1000, 4000), "ctrn": (50, 200, 400), "dynsan": (1024, 2048, 4096)}
+EFFICIENCY_PLOTS = {
+    "ggsa": (
+        "GGSA: group attention against global self-attention (D = 300, 8,000 tokens a batch)",
+        {"group": "group attention (ours)", "global-sdpa": "global, fused SDPA", "global-textbook": "global, textbook"},
+    ),
+    "ctrn": (
+        "CTRN and QRNN against recurrent networks (d = 256, batch 64)",
+        {
+            "ctrn": "CTRN (gates per distinct word, cells in C)",
+            "ctrn-unfused": "CTRN as a GPU runs it (gates over projected vectors)",
+            "ctrn-torch-loop": "CTRN (no C library: torch loop)",
+            "qrnn": "QRNN",
+            "lstm": "same network, nn.LSTM",
+            "gru": "same network, nn.GRU",
+        },
+    ),
+    "dynsan": (
+        "DynSAN: the DynSA block against full attention and Bi-BloSA (D = 128, K = 256, batch 1)",
+        {
+            "dynsa": "DynSA (K = 256)",
+            "full-sdpa": "full attention, fused SDPA",
+            "full-textbook": "full attention, textbook",
+            "biblosa": "Bi-BloSA (Table 3 (g), 64 per direction)",
+            "bilstm": "BiLSTM (64 per direction)",
+        },
+    ),
+}
 
 # Questions of ours that no paper answers, tested the same way; their paper column says so.
 OUR_COMPARISONS = [

@@ -44,7 +44,7 @@ from experiments.plan import (
     say,
     shown,
 )
-from experiments.rows import ROWS
+from experiments.rows import EFFICIENCY_LENGTHS, EFFICIENCY_PLOTS, ROWS
 
 
 def _text_of(path: str) -> str | None:
@@ -876,7 +876,6 @@ def schedule(todo: list[Run], lanes: int, run, ledger: Ledger, cpus=lambda run: 
     return failed
 
 
-EFFICIENCY_LENGTHS = {"ggsa": (250, 1000, 4000), "ctrn": (50, 200, 400), "dynsan": (1024, 2048, 4096)}
 EFFICIENCY = [
     "bench/encoders.py",
     "--families",
@@ -889,11 +888,7 @@ EFFICIENCY_RECORDED = shown(EFFICIENCY + ["--json", "OUT/encoders.json"])  # the
 
 
 def efficiency_cases_due() -> set[tuple[str, str, int]]:
-    """(family, variant, L) of every case the page's efficiency plots draw at the EFFICIENCY command's lengths: the
-    variants bench/encoders.py measures (tests/bench/test_encoders.py holds the two lists equal; bench sits above
-    this package, so its own list is not imported)."""
-    from experiments.plots import EFFICIENCY_PLOTS  # here: plots reads the runner through cells
-
+    """(family, variant, L) of every case the page's efficiency plots draw, at the EFFICIENCY command's lengths."""
     return {(f, v, n) for f, lengths in EFFICIENCY_LENGTHS.items() for v in EFFICIENCY_PLOTS[f][1] for n in lengths}
 
 

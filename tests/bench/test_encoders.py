@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.encoders import BUILDERS, VARIANTS, _ratio
-from experiments.plots import EFFICIENCY_PLOTS
+from experiments.rows import EFFICIENCY_PLOTS
 
 
 @pytest.mark.parametrize("variant", VARIANTS["dynsan"])
