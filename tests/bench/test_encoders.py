@@ -20,6 +20,30 @@ def test_every_dynsan_case_takes_a_step_with_a_gradient_for_its_input(variant):
     assert extra == {"batch": 1} and torch.isfinite(loss)
 
 
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(
+                not torch.cuda.is_available(),
+                reason="no CUDA device: the GPU cases (--device cuda) run where one is present",
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize("family", ["ggsa", "dynsan"])
+def test_attention_cases_build_on_the_device_they_are_given(family, device):
+    # --device cuda hands every family's builder the device (DynSAN's Table 4 is a GPU measure); a tensor left on
+    # the CPU would fail there with torch's device mismatch, or time the CPU
+    for variant in VARIANTS[family]:
+        step, _ = BUILDERS[family](variant, 48, device)
+        loss = step()
+        loss.backward()
+        assert loss.device.type == device and torch.isfinite(loss), variant
+
+
 @pytest.mark.parametrize("family", sorted(EFFICIENCY_PLOTS))
 def test_every_benchmarked_case_of_a_plotted_family_has_a_line_and_every_line_a_case(family):
     # the runner takes the plots' cases for the ones the benchmark measures (experiments.runner.efficiency_cases_due)
