@@ -3,10 +3,12 @@ its seeds (reading comprehension in percent)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from experiments.ledger import Ledger
 from experiments.plan import Row
+from experiments.rows import DYNSAN_STEPS_PER_EPOCH
 
 
 def summarise(values: list[float]) -> tuple[float, float | None]:
@@ -66,3 +68,10 @@ def row_questions(row: Row, ledger: Ledger, metric: str) -> list[dict[str, float
         return None
     scale = 100 if row.section.startswith("squad") else 1
     return [{q: v * scale for q, v in r["per_question"]["values"].items()} for r in records]
+
+
+def first_epoch_reaching(history: list, f1: float) -> int | None:
+    """The first epoch after which a DynSAN run's dev F1 (in percent) reached `f1`, read off its per-epoch history
+    (a record's `dev_history`, [step, figures] pairs); None if it never did."""
+    step = next((step for step, figures in history if figures.get("f1", 0) * 100 >= f1), None)
+    return math.ceil(step / DYNSAN_STEPS_PER_EPOCH) if step else None

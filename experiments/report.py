@@ -28,7 +28,7 @@ from experiments.cells import (
     run_time,
     wall_sentence,
 )
-from experiments.figures import row_figures, row_profile, row_records
+from experiments.figures import first_epoch_reaching, row_figures, row_profile, row_records
 from experiments.ledger import Ledger
 from experiments.machine import cpu_mismatch, describe_cpu, git_commit, gpu_name, trained_on_gpu
 from experiments.plan import Row, Run, run_name, runs_of, say, shown
@@ -46,6 +46,7 @@ from experiments.rows import (
     DYNSAN_BATCH,
     DYNSAN_LONG_EPOCHS,
     DYNSAN_STEPS,
+    DYNSAN_STEPS_PER_EPOCH,
     EFFICIENCY_PLOTS,
     FULL_ENCODER_EPOCHS,
     FULL_ENCODER_PATIENCE,
@@ -81,7 +82,7 @@ def long_run_section(row: Row, ledger: Ledger, figures_dir: str) -> list[str]:
         return lines + ["Not run yet: `python experiments/results.py --profile full --only 'squad/dynsan-long'`.", ""]
     record = records[0]
     history = record.get("dev_history", [])
-    steps_per_epoch = max(1, math.ceil(5609 / 32))
+    steps_per_epoch = DYNSAN_STEPS_PER_EPOCH
     reached = next((step for step, f in history if f.get("f1", 0) * 100 >= ABLATION_F1), None)
     commit = str(record.get("commit", ""))
     if commit.endswith("-dirty"):
@@ -467,27 +468,50 @@ def answer_selection_sections(rows: list[Row], ledger: Ledger, runs: dict, earli
     return lines
 
 
+def ablation_budget_reason(base_records: list[dict], ledger: Ledger) -> str:
+    """Why the ablations train for DYNSAN_ABLATION_EPOCHS: where the full model at their settings first reached
+    ABLATION_F1 (its own per-epoch curve), with the long run's epoch beside it, the guide that picked the budget."""
+    curves = [r["dev_history"] for r in base_records if r.get("dev_history")]
+    own = sorted({first_epoch_reaching(c, ABLATION_F1) or 0 for c in curves})
+    if own == [DYNSAN_ABLATION_EPOCHS]:
+        curve = ", ".join(f"{f.get('f1', 0) * 100:.1f}" for _, f in curves[0])
+        reason = f"where the full model at these settings first reached F1 {ABLATION_F1} (F1 by epoch: {curve})"
+    elif own:
+        reached = " or ".join(f"first reached it after epoch {e}" if e else "did not reach it" for e in own)
+        reason = f"meant to be where the full model first reaches F1 {ABLATION_F1}, but at these settings it {reached}"
+    else:
+        reason = f"meant to be where the full model first reaches F1 {ABLATION_F1}"
+    long_row = next(r for r in ROWS if r.section == "squad-long")
+    long_records = [r for r in row_records(long_row, ledger) if r.get("dev_history")]
+    if long_records:
+        epoch = first_epoch_reaching(long_records[0]["dev_history"], ABLATION_F1)
+        reason += (
+            "; the long run below, with two CPU threads a worker where these have one (kernels that round "
+            "differently, so the curves differ from the first epoch on), "
+            + (f"first reached it after epoch {epoch}" if epoch else "never reached it")
+        )
+    return reason
+
+
 def reading_section(rows: list[Row], ledger: Ledger, earlier: set[str]) -> list[str]:
     squad = [r for r in rows if r.section == "squad"]
     if not squad:
         return []
     base = row_figures(squad[0], ledger).get("f1")
     full = row_profile(squad[0], ledger) == "full"
-    trained = {r.get("config", {}).get("epochs") for r in row_records(squad[0], ledger)}
+    base_records = row_records(squad[0], ledger)
+    trained = {r.get("config", {}).get("epochs") for r in base_records}
     if full and trained not in ({DYNSAN_ABLATION_EPOCHS}, set()):
         budget = (  # recorded under an earlier budget: say which, and that the present one waits for them
             f"At the budget these runs were recorded under (the paper's width and recipe, "
             f"{', '.join(str(e) for e in sorted(trained, key=str))} epochs of the 5,609 training questions, where "
-            f"an earlier long run first reached F1 {ABLATION_F1}; the present plan trains them for "
-            f"{DYNSAN_ABLATION_EPOCHS} epochs, where the long run below first reached it, and they wait to be "
-            "re-run at it; word vectors from 24 articles) "
+            f"an earlier curve first reached F1 {ABLATION_F1}; the present plan trains them for "
+            f"{DYNSAN_ABLATION_EPOCHS} epochs, and they wait to be re-run at it; word vectors from 24 articles) "
         )
     elif full:
         budget = (
             f"At this budget (the paper's width and recipe, {DYNSAN_ABLATION_EPOCHS} epochs of the 5,609 "
-            f"training questions: where the full model, trained as long as it takes below, first reached F1 "
-            f"{ABLATION_F1}; that run trains with two CPU threads per worker and these with one, whose kernels "
-            "round differently, so their curves differ from the first epoch on; word vectors from 24 articles) "
+            f"training questions: {ablation_budget_reason(base_records, ledger)}; word vectors from 24 articles) "
         )
     else:
         budget = (
