@@ -813,28 +813,31 @@ def runs_run_again(ledger: Ledger) -> list[str]:
     weights: dict[tuple[str, str, str, str], list[bool]] = {}  # of the runs both of whose records fingerprint them
     known = data_identities(ledger.records.values())
     for key, record in sorted(ledger.records.items()):
-        before = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
-        if not before:
+        replaced = record.get("replaces") if isinstance(record, dict) and ":" not in key else None
+        if not replaced:
             continue
-        shared = [m for m, v in record["test"].items() if isinstance(v, float) and m in before["test"]]
-        change, metric = max(((abs(record["test"][m] - before["test"][m]), m) for m in shared), default=(0.0, ""))
-        where = (
-            record.get("profile", "hour"),
-            where_it_ran(before),
-            where_it_ran(record),
-            what_both_read(before, record, known),
-        )
-        groups.setdefault(where, []).append((record["row"], change, metric))
-        if before.get("weights_sha256") and record.get("weights_sha256"):
-            weights.setdefault(where, []).append(before["weights_sha256"] == record["weights_sha256"])
+        # each run set against the one it replaced, down the chain (`earlier`: what the replaced one replaced)
+        chain = [*replaced.get("earlier", []), replaced, record]
+        for before, after in itertools.pairwise(chain):
+            shared = [m for m, v in after["test"].items() if isinstance(v, float) and m in before["test"]]
+            change, metric = max(((abs(after["test"][m] - before["test"][m]), m) for m in shared), default=(0.0, ""))
+            where = (
+                record.get("profile", "hour"),
+                where_it_ran(before),
+                where_it_ran(after),
+                what_both_read(before, after, known),
+            )
+            groups.setdefault(where, []).append((record["row"], change, metric))
+            if before.get("weights_sha256") and after.get("weights_sha256"):
+                weights.setdefault(where, []).append(before["weights_sha256"] == after["weights_sha256"])
     if not groups:
         return []
     lines = [
         "A run that ran again under the same plan keeps the record it replaced (`replaces` in the ledger: a run "
-        "`results.py --retest` ran again, or one from uncommitted code run again from a clean tree); set against "
-        "it, by where each ran and whether both read the same data and word vectors and started from the same "
-        "checkpoint (and, where both records keep `weights_sha256`, how many trained to the same weights, bit for "
-        "bit):",
+        "`results.py --retest` ran again, or one from uncommitted code run again from a clean tree), and what that "
+        "one replaced in turn (`earlier`); each run set against the one before it, by where each ran and whether "
+        "both read the same data and word vectors and started from the same checkpoint (and, where both records "
+        "keep `weights_sha256`, how many trained to the same weights, bit for bit):",
         "",
         "| profile | ran before on | ran again on | what both read (sha256) | runs | the same test figures "
         "| other figures (largest change) | rows with other figures (runs) |",

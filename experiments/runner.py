@@ -287,8 +287,17 @@ REPLACED_FIELDS = (
 def replaced_record(before: dict) -> dict:
     """What a record that ran again under the same plan keeps of the one it replaces: where and from which code that
     one ran, what it read and scored, so that the page can say how often a run re-ran to the same figures, and on
-    which kinds of device."""
-    return {field: before[field] for field in REPLACED_FIELDS if field in before}
+    which kinds of device; and under `earlier`, oldest first, what that one had replaced in turn, so that a third
+    run does not drop the evidence of the second (`before` is a whole record, or one set aside, whose chain is
+    already under `earlier`)."""
+    kept = {field: before[field] for field in REPLACED_FIELDS if field in before}
+    earlier = list(before.get("earlier", []))
+    if before.get("replaces"):
+        previous = before["replaces"]
+        earlier = [*previous.get("earlier", []), {k: v for k, v in previous.items() if k != "earlier"}]
+    if earlier:
+        kept["earlier"] = earlier
+    return kept
 
 
 def set_aside(ledger: Ledger, run: Run, recorded: dict) -> None:

@@ -1384,7 +1384,7 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     manifest = tmp_path / "out" / "data" / row.data / "manifest.json"
     manifest.parent.mkdir(parents=True)
     manifest.write_text('{"shards": []}\n')
-    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}] + [{"map": 0.5}] * 2)
+    figures = iter([{"map": 0.5, "mrr": 0.6}, {"map": 0.5, "mrr": 0.6}, {"map": 0.52, "mrr": 0.6}] + [{"map": 0.5}] * 3)
     monkeypatch.setattr(runner, "run_job", lambda argv, env, log: {"metrics": next(figures), "encoder": "minilm"})
     monkeypatch.setattr(runner, "git_commit", lambda: "abc1234")
     ledger = Ledger(str(tmp_path / "ledger.json"))
@@ -1406,9 +1406,14 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | the same | 1 | 1 | 0 | - |" in lines
     ledger.add(run.name, dict(ledger.records[run.name], commit="abc1234-dirty"))  # from a clean tree: again
     manifest.write_text('{"shards": ["another"]}\n')  # the data step ran again since, to other data
-    assert "replaces" not in due_and_run(retest=False)["replaces"]  # what it replaced, not what that replaced
+    third = due_and_run(retest=False)
+    assert "replaces" not in third["replaces"]  # what that replaced is kept flat, oldest first, under `earlier`
+    assert third["replaces"]["commit"] == "abc1234-dirty"
+    assert [r["commit"] for r in third["replaces"]["earlier"]] == ["0ld0ld0"]
     lines = writer.runs_run_again(ledger)
     assert f"| full | CPUs ({here}) | CPUs ({here}) | other data | 1 | 0 | 1 (map 0.0200) | {row.id} (1) |" in lines
+    # the second run, set against the first, stays on the page after the third replaced it
+    assert f"| full | CPUs (processor not recorded) | CPUs ({here}) | the same | 1 | 1 | 0 | - |" in lines
     assert any(line.startswith("| full | CPUs") for line in writer.rerun_section(ledger))
     read = {"inputs_sha256": {"data/manifest.json": "ab"}}
     assert writer.what_both_read(read, read) == "the same"
@@ -1425,6 +1430,11 @@ def test_a_run_that_runs_again_under_its_plan_keeps_what_it_replaced_and_the_pag
     write = Ledger._change
     monkeypatch.setattr(Ledger, "_change", lambda self, change: (writes.append(1), write(self, change)))
     assert runner.run_one(run, out, {}, ledger)["replaces"] and len(writes) == 1
+    # set aside and then taken by the new record, the chain comes through whole: the set-aside keeps it flat
+    runner.set_aside(ledger, run, ledger.records[run.name])
+    chain = [r["commit"] for r in ledger.records[f"replaced:{run.name}"]["earlier"]]
+    latest = runner.run_one(run, out, {}, ledger)["replaces"]
+    assert [r["commit"] for r in latest["earlier"]] == chain and len(chain) >= 1
     assert f"replaced:{run.name}" not in Ledger(ledger.path).records
 
 
