@@ -2005,3 +2005,20 @@ def test_the_page_is_written_without_the_data_steps_libraries(tmp_path):
         text=True,
     )
     assert "No module named 'selectolax'" in blocked.stderr
+
+
+def test_the_long_runs_verdict_reads_its_curve():
+    per_epoch = table.DYNSAN_STEPS_PER_EPOCH
+
+    def verdict(f1s):
+        history = [[per_epoch * (i + 1), {"f1": f / 100, "em": 0.1}] for i, f in enumerate(f1s)]
+        return writer.learning_verdict(history, per_epoch)
+
+    # the curve of 2026-12-08: best one epoch before the end, the second half adding 3.4 to 24.5
+    flat = verdict([8.9, 8.9, 11.3, 16.0, 18.8, 21.9, 24.2, 24.5, 26.0, 25.6, 26.7, 26.5, 27.1, 26.6, 27.9, 27.1])
+    assert flat.startswith("The best F1, 27.9 (EM 10.0), came after epoch 15 of 16 (F1 27.1 after the last).")
+    assert "F1 reached 24.5 by epoch 8 and added 3.4 in the 8 epochs after: the curve flattens" in flat
+    rising = verdict([2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 20.0, 24.0])
+    assert "came after epoch 8 of 8, the last: it was still improving." in rising
+    assert "added 16.0 in the 4 epochs after." in rising and "data" not in rising
+    assert "Training diverged" in verdict([10.0, 20.0, 25.0, 5.0])
